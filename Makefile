@@ -1,0 +1,45 @@
+# tengen: `make run` and `make test` do all the set-up on a fresh machine.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: setup run test bench lint format clean-cache clean
+
+setup: $(STAMP)
+
+# Reinstalls when the dependencies change; torch stays pinned by constraints.txt.
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev,bench]'
+	touch $@
+
+# For now: one game between two engines on 9x9, shown move by move at the end.
+# Against GNU Go when it is installed, else tengen against itself.
+GNUGO := $(shell command -v gnugo || ls /usr/games/gnugo 2>/dev/null)
+OPPONENT := $(if $(GNUGO),$(GNUGO) --mode gtp --level 1,$(abspath $(BIN))/tengen gtp --seed 2)
+run: setup
+	$(BIN)/tengen match "$(abspath $(BIN))/tengen gtp --seed 1" "$(OPPONENT)" \
+		--games 1 --size 9 --rules chinese --out runs/match --show
+
+test: setup
+	$(BIN)/python -m pytest
+
+bench: setup
+	$(BIN)/tengen bench rules
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: setup
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+# Numba's cache is keyed on each kernel's own file: after changing gocore/jit.py, clear it.
+clean-cache:
+	find gocore -name '*.nbi' -delete -o -name '*.nbc' -delete
+
+clean: clean-cache
+	rm -rf $(VENV) runs .pytest_cache .hypothesis

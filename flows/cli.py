@@ -1,0 +1,181 @@
+"""The `tengen` command line: play through GTP, run matches, benchmark.
+
+Each command imports what it needs when it runs, so `tengen gtp` starts without loading the
+rest of the project.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+app = typer.Typer(
+    help="tengen: learn Go from zero by self-play, as a reproducible pipeline.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+bench_app = typer.Typer(help="Benchmarks, each beside a named baseline measured in the same run.")
+app.add_typer(bench_app, name="bench")
+
+
+def _rules(name: str, komi: float | None):
+    from gocore.rules import RulesError, parse_rules
+
+    try:
+        return parse_rules(name, komi=komi)
+    except RulesError as e:
+        raise typer.BadParameter(str(e), param_hint="--rules") from None
+
+
+@app.command()
+def gtp(
+    rules: Annotated[
+        str, typer.Option(help="Rules preset, KataGo shorthand or JSON.")
+    ] = "tromp-taylor",
+    player: Annotated[str, typer.Option(help="Who chooses the moves.")] = "random",
+    size: Annotated[int, typer.Option(help="Board size until `boardsize` says otherwise.")] = 19,
+    komi: Annotated[float | None, typer.Option(help="Komi (default: the preset's).")] = None,
+    seed: Annotated[int | None, typer.Option(help="Random seed, for reproducible games.")] = None,
+) -> None:
+    """Speak GTP v2 on stdin/stdout (for Sabaki, GoGui, gogui-twogtp, KGS, GNU Go matches)."""
+    from gocore.gtp import GtpEngine
+    from gocore.players import make_player
+
+    try:
+        chosen = make_player(player, seed=seed)
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--player") from None
+    if not 2 <= size <= 19:
+        raise typer.BadParameter("board size must be 2..19", param_hint="--size")
+    engine = GtpEngine(chosen, rules=_rules(rules, komi), size=size, log=sys.stderr)
+    if seed is not None:
+        engine.seed = seed
+    # Bytes that are not UTF-8 must not kill the engine: they become U+FFFD and, at worst,
+    # an unknown command.
+    sys.stdin.reconfigure(encoding="utf-8", errors="replace")
+    with contextlib.suppress(KeyboardInterrupt):
+        engine.serve(sys.stdin, sys.stdout)
+
+
+@app.command()
+def match(
+    engine_a: Annotated[str, typer.Argument(help="Command line of engine A, e.g. 'tengen gtp'.")],
+    engine_b: Annotated[
+        str, typer.Argument(help="Command line of engine B, e.g. 'gnugo --mode gtp'.")
+    ],
+    games: Annotated[
+        int, typer.Option(min=1, help="Games to play; A takes Black in odd games.")
+    ] = 2,
+    size: Annotated[int, typer.Option(min=2, max=19)] = 9,
+    komi: Annotated[float | None, typer.Option(help="Komi (default: the rules preset's).")] = None,
+    rules: Annotated[str, typer.Option(help="Rules preset, KataGo shorthand or JSON.")] = "chinese",
+    handicap: Annotated[int, typer.Option(min=0, help="Fixed handicap stones for Black.")] = 0,
+    max_moves: Annotated[
+        int | None, typer.Option(help="Stop and score after this many moves.")
+    ] = None,
+    timeout: Annotated[float, typer.Option(help="Seconds an engine may take per command.")] = 60.0,
+    referee: Annotated[
+        str | None, typer.Option(help="GTP engine that settles dead stones when the two disagree.")
+    ] = None,
+    out: Annotated[Path, typer.Option(help="Folder for games/*.sgf and summary.json.")] = Path(
+        "match"
+    ),
+    show: Annotated[bool, typer.Option(help="Print each final position.")] = False,
+) -> None:
+    """Play a match between two GTP engines; write one SGF per game and summary.json."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from gocore.match import Match, MatchConfig
+    from gocore.rules import max_fixed_handicap
+
+    if handicap and not 2 <= handicap <= max_fixed_handicap(size):
+        raise typer.BadParameter(
+            f"fixed handicap on {size}x{size} is 2..{max_fixed_handicap(size)} stones",
+            param_hint="--handicap",
+        )
+    config = MatchConfig(
+        games=games,
+        size=size,
+        rules=_rules(rules, komi),
+        handicap=handicap,
+        max_moves=max_moves,
+        timeout=timeout,
+        referee=referee,
+    )
+    console = Console(stderr=True, soft_wrap=True)
+    with Progress(
+        TextColumn("[bold]match"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+        console=console,
+    ) as progress:
+        task = progress.add_task("", total=games)
+
+        def report(result, summary) -> None:
+            wins = summary["wins"]
+            progress.update(
+                task,
+                advance=1,
+                description=f"A {wins['A']} - B {wins['B']} "
+                f"(draws {summary['draws']}, void {summary['void']})",
+            )
+            progress.console.print(
+                f"game {result.number}: black {result.black} white {result.white} "
+                f"{result.result} ({result.reason}, {result.moves} moves) {result.sgf}"
+            )
+            if show:
+                _show_final_position(out / result.sgf, progress.console)
+
+        summary = Match(engine_a, engine_b, config, out, progress=report).run()
+    low, high = summary["a_win_rate_95ci"]
+    rate = summary["a_win_rate"]
+    console.print(
+        f"A ({summary['engines']['A']['name']}) {summary['wins']['A']} wins, "
+        f"B ({summary['engines']['B']['name']}) {summary['wins']['B']} wins, "
+        f"{summary['draws']} draws, {summary['void']} void; "
+        + (f"A's win rate {rate:.3f} [95% CI {low:.3f}, {high:.3f}]" if rate is not None else "")
+    )
+    console.print(f"summary: {out / 'summary.json'}")
+
+
+def _show_final_position(sgf_path: Path, console) -> None:
+    from gocore.gtp import GtpEngine
+    from gocore.players import RandomPlayer
+    from gocore.sgf import read_sgf, replay
+
+    record = read_sgf(sgf_path)
+    engine = GtpEngine(RandomPlayer(seed=0), rules=record.game_rules(), size=record.size)
+    engine.game = replay(record)
+    console.print(engine.board_diagram(), highlight=False)
+    console.print(f"result {record.result}: {record.root_comment}", highlight=False)
+
+
+@bench_app.command("rules")
+def bench_rules(
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print a JSON list instead of a table.")
+    ] = False,
+    seconds: Annotated[
+        float, typer.Option(help="Seconds of play per board size and engine.")
+    ] = 3.0,
+    sizes: Annotated[str, typer.Option(help="Board sizes, comma separated.")] = "9,19",
+) -> None:
+    """Random games per second on one core, beside OpenSpiel's C++ Go in the same run."""
+    from gocore.bench import bench_rules as run
+    from gocore.bench import format_table
+
+    rows = run(tuple(int(s) for s in sizes.split(",")), seconds)
+    print(json.dumps(rows) if as_json else format_table(rows))
+
+
+if __name__ == "__main__":
+    app()

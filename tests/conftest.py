@@ -1,0 +1,77 @@
+"""Shared fixtures: GNU Go (skipped with a how-to if absent, required in CI), position builders."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gocore.board import BLACK, WHITE
+from gocore.game import Game
+from gocore.rules import PRESETS, Rules
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED_SGF = REPO.parent / "shared" / "data" / "sgf"
+if not SHARED_SGF.is_dir():
+    SHARED_SGF = Path(os.environ.get("TENGEN_SGF_DIR", "/work/shared/data/sgf"))
+
+GNUGO_HOWTO = "GNU Go 3.8 is not installed: apt-get install -y gnugo (it lands in /usr/games)"
+
+
+def find_gnugo() -> str | None:
+    return shutil.which("gnugo") or shutil.which("gnugo", path="/usr/games")
+
+
+@pytest.fixture(scope="session")
+def gnugo_path() -> str:
+    path = find_gnugo()
+    if path is None:
+        # CI installs GNU Go; there a missing binary is a failure, not a skip.
+        if os.environ.get("TENGEN_REQUIRE_GNUGO"):
+            pytest.fail(GNUGO_HOWTO)
+        pytest.skip(GNUGO_HOWTO)
+    return path
+
+
+def tengen_command() -> str:
+    """How tests start our own GTP engine: this interpreter, the real CLI module."""
+    return f"{sys.executable} -m flows.cli gtp"
+
+
+def run_cli(
+    *args: str, input: str | None = None, timeout: float = 600
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "flows.cli", *args],
+        input=input,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+    )
+
+
+def game_from_diagram(
+    diagram: str, rules: Rules | str = "tromp-taylor", to_move: int = BLACK
+) -> Game:
+    """A Game set up from rows of `.`, `X` (black), `O` (white); y = 0 is the first row."""
+    rows = [row.split() for row in diagram.strip().splitlines()]
+    size = len(rows)
+    assert all(len(row) == size for row in rows), "the diagram must be square"
+    game = Game(size, PRESETS[rules] if isinstance(rules, str) else rules)
+    for colour, mark in ((BLACK, "X"), (WHITE, "O")):
+        points = [
+            (x, y) for y, row in enumerate(rows) for x, cell in enumerate(row) if cell == mark
+        ]
+        if points:
+            game.add_setup_stones(colour, points)
+    game.set_to_move(to_move)
+    return game
+
+
+def diagram_of(game: Game) -> str:
+    return "\n".join(" ".join(".XO"[c] for c in row) for row in game.board())

@@ -1,0 +1,33 @@
+"""`tengen bench rules` runs both sides and reports the documented shape (no timing asserts)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import run_cli
+
+
+def test_bench_rules_json_shape():
+    pytest.importorskip(
+        "pyspiel", reason="OpenSpiel is the bench extra: pip install 'tengen[bench]'"
+    )
+    result = run_cli("bench", "rules", "--json", "--seconds", "0.2", "--sizes", "5,9")
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(result.stdout)
+    assert [r["board"] for r in rows] == ["5x5", "9x9"]
+    for r in rows:
+        assert {"board", "tengen_games_per_s", "openspiel_games_per_s", "ratio"} <= set(r)
+        assert r["tengen_games_per_s"] > 0 and r["openspiel_games_per_s"] > 0
+        assert r["ratio"] == pytest.approx(
+            r["tengen_games_per_s"] / r["openspiel_games_per_s"], rel=0.01
+        )
+        # Both sides play the same kind of game: similar lengths (uniform moves incl. pass).
+        assert 0.5 < r["tengen_moves_per_game"] / r["openspiel_moves_per_game"] < 2
+
+
+def test_bench_rules_table():
+    result = run_cli("bench", "rules", "--seconds", "0.1", "--sizes", "5")
+    assert result.returncode == 0, result.stderr
+    assert "random games per second" in result.stdout and "5x5" in result.stdout

@@ -1,0 +1,102 @@
+"""`tengen match`: real engines over GTP, games written as SGF, a summary with its interval."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from gocore.match import Match, MatchConfig, wilson_interval
+from gocore.rules import PRESETS
+from gocore.sgf import read_sgf, replay
+from tests.conftest import REPO, run_cli, tengen_command
+
+STUBBORN = f"{sys.executable} {REPO / 'tests' / 'engines' / 'stubborn.py'}"
+
+
+def test_wilson_interval_known_values():
+    assert wilson_interval(0, 0) == (0.0, 1.0)
+    low, high = wilson_interval(5, 10)
+    assert low == pytest.approx(0.2366, abs=1e-4) and high == pytest.approx(0.7634, abs=1e-4)
+    low, high = wilson_interval(0, 2)
+    assert low == 0.0 and high == pytest.approx(0.6576, abs=1e-4)
+
+
+def check_games(out, summary):
+    for result in summary["results"]:
+        record = read_sgf(out / result["sgf"])
+        assert record.result == result["result"]
+        game = replay(record)  # every game is legal under the match rules
+        assert len(game.moves) == result["moves"]
+        if result["reason"] == "score":
+            assert game.is_over
+
+
+@pytest.mark.gnugo
+def test_tengen_against_gnugo_through_the_cli(gnugo_path, tmp_path):
+    out = tmp_path / "match"
+    result = run_cli(
+        "match", tengen_command() + " --seed 7", f"{gnugo_path} --mode gtp --level 1",
+        "--games", "2", "--size", "9", "--rules", "chinese", "--out", str(out), "--show",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["games_played"] == 2
+    assert summary["engines"]["A"]["name"] == "tengen 0.1.0"
+    assert summary["engines"]["B"]["name"] == "GNU Go 3.8"
+    assert summary["wins"]["A"] + summary["wins"]["B"] + summary["draws"] + summary["void"] == 2
+    # The random player cannot beat GNU Go.
+    assert summary["wins"]["B"] == 2 and summary["a_win_rate"] == 0.0
+    assert summary["a_win_rate_95ci"][1] == pytest.approx(0.6576, abs=1e-3)
+    assert [(r["black"], r["white"]) for r in summary["results"]] == [("A", "B"), ("B", "A")]
+    for r in summary["results"]:
+        assert r["reason"] in ("score", "resign")
+        if r["reason"] == "score":
+            assert r["scoring"] == "dead stones agreed by both engines" or "referee" in r["scoring"]
+    check_games(out, summary)
+    assert "game 1: black A white B" in result.stderr and "A's win rate 0.000" in result.stderr
+
+
+@pytest.mark.gnugo
+def test_disagreement_on_dead_stones_goes_to_the_referee(gnugo_path, tmp_path):
+    # Two random players that judge dead stones with different playouts; GNU Go referees.
+    config = MatchConfig(
+        games=1, size=7, rules=PRESETS["chinese"], referee=f"{gnugo_path} --mode gtp"
+    )
+    match = Match(tengen_command() + " --seed 1", tengen_command() + " --seed 2", config, tmp_path)
+    summary = match.run()
+    (result,) = summary["results"]
+    assert result["reason"] == "score"
+    assert result["scoring"] in (
+        "dead stones agreed by both engines",
+        "dead stones from the referee (GNU Go 3.8)",
+    )
+    check_games(tmp_path, summary)
+
+
+def test_an_illegal_move_forfeits_the_game(tmp_path):
+    config = MatchConfig(games=2, size=5, rules=PRESETS["chinese"], timeout=60)
+    summary = Match(STUBBORN, tengen_command() + " --seed 3", config, tmp_path).run()
+    first, second = summary["results"]
+    # Game 1: the stubborn engine is Black, plays A1, then A1 again on its next turn.
+    assert (first["reason"], first["winner"], first["result"]) == ("illegal move", "B", "W+F")
+    assert first["moves"] == 2
+    assert second["winner"] == "B" and second["reason"] == "illegal move"
+    assert summary["wins"] == {"A": 0, "B": 2}
+    check_games(tmp_path, summary)
+
+
+def test_an_engine_that_dies_forfeits_and_is_restarted(tmp_path):
+    dies = f"{sys.executable} -c \"import sys; sys.stdin.readline(); print('= x'); print()\""
+    config = MatchConfig(games=2, size=5, rules=PRESETS["chinese"], timeout=20)
+    summary = Match(dies, tengen_command(), config, tmp_path).run()
+    assert [r["reason"] for r in summary["results"]] == ["engine failure", "engine failure"]
+    assert summary["wins"] == {"A": 0, "B": 2}
+
+
+def test_a_command_that_does_not_start_is_a_clear_error(tmp_path):
+    config = MatchConfig(games=1, size=5)
+    summary = Match("/no/such/engine --gtp", tengen_command(), config, tmp_path).run()
+    (result,) = summary["results"]
+    assert result["reason"] == "engine failure" and "cannot start" in result["detail"]
