@@ -15,9 +15,8 @@ from gocore.game import Game
 from gocore.rules import PRESETS, Rules
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED_SGF = REPO.parent / "shared" / "data" / "sgf"
-if not SHARED_SGF.is_dir():
-    SHARED_SGF = Path(os.environ.get("TENGEN_SGF_DIR", "/work/shared/data/sgf"))
+# Real game records (from ../shared/data/sgf, copied here so that a bare checkout has them).
+SHARED_SGF = REPO / "tests" / "data" / "sgf"
 
 GNUGO_HOWTO = "GNU Go 3.8 is not installed: apt-get install -y gnugo (it lands in /usr/games)"
 
