@@ -24,6 +24,15 @@ bench_app = typer.Typer(help="Benchmarks, each beside a named baseline measured 
 app.add_typer(bench_app, name="bench")
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("tengen")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def _rules(name: str, komi: float | None):
     from gocore.rules import RulesError, parse_rules
 
@@ -53,7 +62,9 @@ def gtp(
         raise typer.BadParameter(str(e), param_hint="--player") from None
     if not 2 <= size <= 19:
         raise typer.BadParameter("board size must be 2..19", param_hint="--size")
-    engine = GtpEngine(chosen, rules=_rules(rules, komi), size=size, log=sys.stderr)
+    engine = GtpEngine(
+        chosen, rules=_rules(rules, komi), size=size, version=_version(), log=sys.stderr
+    )
     if seed is not None:
         engine.seed = seed
     # Bytes that are not UTF-8 must not kill the engine: they become U+FFFD and, at worst,
@@ -148,14 +159,11 @@ def match(
 
 
 def _show_final_position(sgf_path: Path, console) -> None:
-    from gocore.gtp import GtpEngine
-    from gocore.players import RandomPlayer
+    from gocore.gtp import board_diagram
     from gocore.sgf import read_sgf, replay
 
     record = read_sgf(sgf_path)
-    engine = GtpEngine(RandomPlayer(seed=0), rules=record.game_rules(), size=record.size)
-    engine.game = replay(record)
-    console.print(engine.board_diagram(), highlight=False)
+    console.print(board_diagram(replay(record)), highlight=False)
     console.print(f"result {record.result}: {record.root_comment}", highlight=False)
 
 

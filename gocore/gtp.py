@@ -121,7 +121,7 @@ class GtpEngine:
             "final_status_list": self.cmd_final_status_list,
             "loadsgf": self.cmd_loadsgf,
             "printsgf": self.cmd_printsgf,
-            "showboard": lambda a: "\n" + self.board_diagram(),
+            "showboard": lambda a: "\n" + board_diagram(self.game),
             "list_stones": self.cmd_list_stones,
             "is_legal": self.cmd_is_legal,
             "all_legal": self.cmd_all_legal,
@@ -254,7 +254,9 @@ class GtpEngine:
             try:
                 self.game.play(color, move)
             except IllegalMoveError as e:
-                raise GtpError(f"cannot play {format_vertex(move, self.game.size)}: {e.reason}") from None
+                raise GtpError(
+                    f"cannot play {format_vertex(move, self.game.size)}: {e.reason}"
+                ) from None
         return format_vertex(move, self.game.size)
 
     def cmd_undo(self, args: list[str]) -> str:
@@ -405,34 +407,34 @@ class GtpEngine:
         self._dead_cache = None
         return ""
 
-    def board_diagram(self) -> str:
-        """The board as text: X black, O white, the last move in parentheses, coordinates
-        around, then captures, side to move and rules."""
-        game = self.game
-        n = game.size
-        board = game.board()
-        last = game.moves[-1][1] if game.moves else None
-        header = "   " + " ".join(COLUMNS[:n])
-        rows = [header]
-        for y in range(n):
-            row = ""
-            for x in range(n + 1):
-                if last == (x, y):
-                    row += "("
-                elif last == (x - 1, y):
-                    row += ")"
-                else:
-                    row += " "
-                if x < n:
-                    row += ".XO"[board[y, x]]
-            rows.append(f"{n - y:2d}{row}{n - y:2d}")
-        rows.append(header)
-        rows.append(
-            f"{format_color(game.to_move)} to move, move {len(game.moves)}, "
-            f"captures B {game.captures[BLACK]} W {game.captures[WHITE]}, "
-            f"rules {game.rules.name}, komi {game.komi:g}"
-        )
-        return "\n".join(rows)
+
+def board_diagram(game: Game) -> str:
+    """The board as text: X black, O white, the last move in parentheses, coordinates around,
+    then side to move, captures, rules and komi (GTP's showboard, GNU Go style)."""
+    n = game.size
+    board = game.board()
+    last = game.moves[-1][1] if game.moves else None
+    header = "   " + " ".join(COLUMNS[:n])
+    rows = [header]
+    for y in range(n):
+        row = ""
+        for x in range(n + 1):
+            if last == (x, y):
+                row += "("
+            elif last == (x - 1, y):
+                row += ")"
+            else:
+                row += " "
+            if x < n:
+                row += ".XO"[board[y, x]]
+        rows.append(f"{n - y:2d}{row}{n - y:2d}")
+    rows.append(header)
+    rows.append(
+        f"{format_color(game.to_move)} to move, move {len(game.moves)}, "
+        f"captures B {game.captures[BLACK]} W {game.captures[WHITE]}, "
+        f"rules {game.rules.name}, komi {game.komi:g}"
+    )
+    return "\n".join(rows)
 
 
 def free_handicap_points(size: int, stones: int) -> list[Point]:

@@ -11,7 +11,7 @@ Why these options (each measured on 9x9 random games, see `tengen bench rules`):
   incref and a decref per array, ~170 ns a call against ~1 ns without. A kernel that tried to
   allocate would fail to compile, which keeps them honest.
 - `inline="always"`: a call that is not inlined passes that tuple by value (~1 KB pushed on the
-  stack); inlining every kernel took random games from 19k to 62k per second.
+  stack); inlining every kernel took random 9x9 games from 19k to 44k per second.
 - Batched drivers are serial loops over a range of games, spread over cores by `over_games`
   with threads (they release the GIL). Numba's `prange` is not used: inside a parfor, writes
   through a named tuple's arrays from inlined code are lost (numba 0.68).
@@ -34,6 +34,7 @@ kernel = numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
 driver = numba.njit(cache=True, nogil=True, _nrt=False)
 
 _pool: ThreadPoolExecutor | None = None
+_pool_threads = 0
 
 
 def cpu_threads() -> int:
@@ -46,13 +47,14 @@ def cpu_threads() -> int:
 
 def over_games(fn, games: int, *args, threads: int | None = None) -> None:
     """Run `fn(*args, start, stop)` over [0, games) split into one contiguous range per thread."""
-    global _pool
+    global _pool, _pool_threads
     threads = min(threads or cpu_threads(), games)
     if threads <= 1:
         fn(*args, 0, games)
         return
-    if _pool is None or _pool._max_workers < threads:
+    if _pool is None or _pool_threads < threads:
         _pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="gocore")
+        _pool_threads = threads
     bounds = [games * i // threads for i in range(threads + 1)]
     futures = [_pool.submit(fn, *args, bounds[i], bounds[i + 1]) for i in range(threads)]
     for f in futures:

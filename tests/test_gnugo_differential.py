@@ -15,7 +15,7 @@ from gocore.board import BLACK, WHITE
 from gocore.game import Game
 from gocore.gtp import format_vertex, parse_vertex
 from gocore.match import GtpClient
-from gocore.rules import PRESETS
+from gocore.rules import PRESETS, fixed_handicap_points, max_fixed_handicap
 
 pytestmark = pytest.mark.gnugo
 
@@ -119,3 +119,21 @@ def test_gnugo_refuses_what_tengen_refuses(gnugo):
     answers = gnugo.send_many(script)
     assert all(ok for ok, _ in answers)
     assert [text for _, text in answers[-3:]] == ["0", "0", "0"]
+
+
+def test_fixed_handicap_placement_matches_gnugo(gnugo):
+    script, cases = [], []
+    for size in range(2, 20):
+        for stones in range(2, 11):
+            script += [f"boardsize {size}", "clear_board", f"fixed_handicap {stones}"]
+            cases.append((size, stones, len(script) - 1))
+    answers = gnugo.send_many(script)
+    for size, stones, index in cases:
+        ok, text = answers[index]
+        if stones <= max_fixed_handicap(size):
+            assert ok and _points(text, size) == set(fixed_handicap_points(size, stones)), (
+                size,
+                stones,
+            )
+        else:
+            assert not ok, (size, stones, text)

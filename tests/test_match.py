@@ -13,6 +13,7 @@ from gocore.sgf import read_sgf, replay
 from tests.conftest import REPO, run_cli, tengen_command
 
 STUBBORN = f"{sys.executable} {REPO / 'tests' / 'engines' / 'stubborn.py'}"
+LIAR = f"{sys.executable} {REPO / 'tests' / 'engines' / 'liar.py'} 2"
 
 
 def test_wilson_interval_known_values():
@@ -60,19 +61,26 @@ def test_tengen_against_gnugo_through_the_cli(gnugo_path, tmp_path):
 
 @pytest.mark.gnugo
 def test_disagreement_on_dead_stones_goes_to_the_referee(gnugo_path, tmp_path):
-    # Two random players that judge dead stones with different playouts; GNU Go referees.
+    # The liar calls every stone dead; tengen calls none (the game is played out); GNU Go
+    # referees, agreeing with tengen, so the score is the plain area count.
     config = MatchConfig(
-        games=1, size=7, rules=PRESETS["chinese"], referee=f"{gnugo_path} --mode gtp"
+        games=2, size=7, rules=PRESETS["chinese"], referee=f"{gnugo_path} --mode gtp"
     )
-    match = Match(tengen_command() + " --seed 1", tengen_command() + " --seed 2", config, tmp_path)
-    summary = match.run()
-    (result,) = summary["results"]
-    assert result["reason"] == "score"
-    assert result["scoring"] in (
-        "dead stones agreed by both engines",
-        "dead stones from the referee (GNU Go 3.8)",
-    )
+    summary = Match(tengen_command() + " --seed 1", LIAR, config, tmp_path).run()
+    for result in summary["results"]:
+        assert result["reason"] == "score"
+        assert result["scoring"] == "dead stones from the referee (GNU Go 3.8)"
+        game = replay(read_sgf(tmp_path / result["sgf"]))
+        assert result["score"] == game.score()
     check_games(tmp_path, summary)
+
+
+def test_without_a_referee_disagreement_scores_every_stone(tmp_path):
+    config = MatchConfig(games=1, size=7, rules=PRESETS["chinese"])
+    summary = Match(tengen_command() + " --seed 1", LIAR, config, tmp_path).run()
+    (result,) = summary["results"]
+    assert result["scoring"].startswith("Tromp-Taylor (no dead stones): the engines disagree")
+    assert result["score"] == replay(read_sgf(tmp_path / result["sgf"])).score()
 
 
 def test_an_illegal_move_forfeits_the_game(tmp_path):
