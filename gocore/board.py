@@ -287,6 +287,19 @@ def liberties(b, g, p):
 
 
 @kernel
+def _first_sighting(head, seen0, seen1, seen2):
+    """Distinct group heads around a point, kept in three scalars (a point has four neighbours,
+    the fourth needs no memory): returns (whether `head` is new, the updated three)."""
+    if head == seen0 or head == seen1 or head == seen2:
+        return False, seen0, seen1, seen2
+    if seen0 < 0:
+        return True, head, seen1, seen2
+    if seen1 < 0:
+        return True, seen0, head, seen2
+    return True, seen0, seen1, head
+
+
+@kernel
 def _hash_after(b, g, p, c, suicide):
     """The hash after c plays at p: its captures removed, or its own groups if it is a suicide."""
     stride = b.stride
@@ -299,16 +312,9 @@ def _hash_after(b, g, p, c, suicide):
         if b.color[g, q] != removed:
             continue
         head = np.int64(b.group_head[g, q])
-        if head == seen0 or head == seen1 or head == seen2:
+        new, seen0, seen1, seen2 = _first_sighting(head, seen0, seen1, seen2)
+        if not new or (not suicide and b.group_libs[g, head] != 1):
             continue
-        if not suicide and b.group_libs[g, head] != 1:
-            continue
-        if seen0 < 0:
-            seen0 = head
-        elif seen1 < 0:
-            seen1 = head
-        else:
-            seen2 = head
         s = head
         while True:
             h ^= ZOBRIST[removed, s]
@@ -453,14 +459,9 @@ def _place_stone(b, g, p, c):
             _merge_groups(b, g, head, own, c)
         elif qc == opp:
             head = np.int64(b.group_head[g, q])
-            if head == seen0 or head == seen1 or head == seen2:
+            new, seen0, seen1, seen2 = _first_sighting(head, seen0, seen1, seen2)
+            if not new:
                 continue
-            if seen0 < 0:
-                seen0 = head
-            elif seen1 < 0:
-                seen1 = head
-            else:
-                seen2 = head
             b.group_libs[g, head] -= 1
             if b.group_libs[g, head] == 0:
                 captured += _remove_group(b, g, q)
