@@ -88,7 +88,6 @@ class GtpEngine:
         self.player = player
         self.name = name
         self.version = version
-        self.rules = rules
         self.game = Game(size, rules)
         self.dead_stone_playouts = dead_stone_playouts
         self.time_settings: tuple[int, int, int] | None = None
@@ -182,15 +181,15 @@ class GtpEngine:
         except ValueError:
             raise GtpError(f"syntax error: {what} must be an integer (got {text!r})") from None
 
-    def _new_game(self, size: int | None = None, rules: Rules | None = None) -> None:
-        self.game = Game(self.game.size if size is None else size, rules or self.game.rules)
-        self._dead_cache = None
-
-    def _position_key(self) -> tuple:
-        return (self.game.hash, len(self.game.moves), self.game.size, self.game.rules)
+    def _new_game(self, size: int | None = None) -> None:
+        """An empty board (of a new size), keeping the rules and komi."""
+        self.game = Game(self.game.size if size is None else size, self.game.rules)
 
     def _dead_stones(self) -> list[Point]:
-        key = self._position_key()
+        """The dead-stone estimate, computed once per position (final_score and the three
+        final_status_list calls of a referee then agree with each other)."""
+        game = self.game
+        key = (game.hash, len(game.moves), game.size, game.rules, self.seed)
         if self._dead_cache is None or self._dead_cache[0] != key:
             estimate = self.game.estimate_dead(playouts=self.dead_stone_playouts, seed=self.seed)
             self._dead_cache = (key, estimate.dead)
@@ -231,7 +230,6 @@ class GtpEngine:
             self.game.set_komi(komi)
         except RulesError as e:
             raise GtpError(f"syntax error: {e}") from None
-        self._dead_cache = None
         return ""
 
     def cmd_play(self, args: list[str]) -> str:
@@ -357,7 +355,6 @@ class GtpEngine:
         except SgfError as e:
             raise GtpError(f"cannot load file: {e}") from None
         self.game = game
-        self._dead_cache = None
         return ""
 
     def cmd_printsgf(self, args: list[str]) -> str:
@@ -404,7 +401,6 @@ class GtpEngine:
             self.game.set_rules(rules)
         except IllegalMoveError as e:
             raise GtpError(f"the game so far is illegal under {rules.name}: {e}") from None
-        self._dead_cache = None
         return ""
 
 

@@ -247,7 +247,9 @@ class Match:
         client.send("clear_board")
         client.send(f"komi {cfg.rules.komi:g}")
         if client.known("kata-set-rules"):
-            client.send(f"kata-set-rules {cfg.rules.shorthand()}")
+            # KataGo knows the preset names but not "simple"; its shorthand covers any rules.
+            name = cfg.rules.name
+            client.send(f"kata-set-rules {cfg.rules.shorthand() if name == 'simple' else name}")
         if handicap:
             client.send(
                 "set_free_handicap " + " ".join(format_vertex(p, cfg.size) for p in handicap)
@@ -267,9 +269,13 @@ class Match:
             winner = side[winner_color] if winner_color is not None else None
             return GameResult(number, black, white, winner, result, reason, len(game.moves), **kw)
 
+        # The engines of this game, (re)started before it; one that dies during the game is
+        # not restarted behind the arbiter's back: its next command fails and it forfeits.
+        engines: dict[int, GtpClient] = {}
         for color in (BLACK, WHITE):
             try:
-                self._setup_engine(self._client(side[color]), handicap)
+                engines[color] = self._client(side[color])
+                self._setup_engine(engines[color], handicap)
             except (EngineFailure, GtpCommandError) as e:
                 failure = finish(
                     3 - color, f"{_letter(3 - color)}+F", "engine failure", detail=str(e)
@@ -281,8 +287,7 @@ class Match:
                 result = self._score(game, finish, reason="move limit")
                 break
             color = game.to_move
-            mover = self._client(side[color])
-            other = self._client(side[3 - color])
+            mover, other = engines[color], engines[3 - color]
             winner_if_fault = 3 - color
             forfeit = f"{_letter(winner_if_fault)}+F"
             try:
@@ -319,9 +324,9 @@ class Match:
         lists = []
         for label in ("A", "B"):
             client = self.clients[label]
-            if client is None or not client.known("final_status_list"):
-                break
             try:
+                if client is None or not client.known("final_status_list"):
+                    break
                 lists.append(_parse_points(client.send("final_status_list dead"), cfg.size))
             except (EngineFailure, GtpCommandError, GtpError):
                 break
@@ -338,8 +343,10 @@ class Match:
                     )
                 ref = self.referee
                 self._setup_engine(ref, [p for c, p in game.setup if c == BLACK])
-                for color, move in game.moves:
-                    ref.send(f"play {_name(color)} {format_vertex(move, cfg.size)}")
+                moves = [f"play {_name(c)} {format_vertex(m, cfg.size)}" for c, m in game.moves]
+                for command, (ok, text) in zip(moves, ref.send_many(moves), strict=True):
+                    if not ok:
+                        raise GtpCommandError(f"{command!r} failed: {text}")
                 dead = _parse_points(ref.send("final_status_list dead"), cfg.size)
                 return dead, f"dead stones from the referee ({ref.name})"
             except (EngineFailure, GtpCommandError, GtpError) as e:
