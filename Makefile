@@ -37,8 +37,10 @@ format: setup
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-# Numba's cache is keyed on each kernel's own file: after changing gocore/jit.py, clear it.
+# Compiled kernels live in ~/.cache/tengen/numba/gocore-<digest of gocore's sources>, so an
+# edit never runs stale code; this removes the old folders too.
 clean-cache:
+	rm -rf "$${XDG_CACHE_HOME:-$$HOME/.cache}/tengen/numba"
 	find gocore -name '*.nbi' -delete -o -name '*.nbc' -delete
 
 clean: clean-cache

@@ -1,10 +1,11 @@
 """The Go board as batched arrays: padded 1-D layout, incremental groups and liberties, Zobrist.
 
 Layout (KataGo's): a board of width n lives in a padded layout of width N >= n with stride
-W = N + 1 and area A = (N + 2) * W. Point (x, y), y = 0 the top row, is `(y + 1) * W + x + 1`;
-its neighbours are `p - W, p - 1, p + 1, p + W`. Every cell that is not on the game's board is
-WALL, so games of different sizes share one batch and no kernel checks bounds. Point 0 is
-always a wall and doubles as the PASS move.
+W = N + 1 and area A = (N + 2) * W + 1. Point (x, y), y = 0 the top row, is
+`(y + 1) * W + x + 1`; its neighbours are `p - W, p - 1, p + 1, p + W`, its diagonals
+`p +- W +- 1` (the last cell of the area is there only as the bottom-right corner's diagonal).
+Every cell that is not on the game's board is WALL, so games of different sizes share one
+batch and no kernel checks bounds. Point 0 is always a wall and doubles as the PASS move.
 
 Groups are circular linked lists (`group_next`) with a head (`group_head`); the head holds the
 group's stone count and its exact liberty count, kept up to date incrementally as stones are
@@ -43,7 +44,7 @@ NO_POINT = -1
 
 MIN_SIZE = 2
 MAX_SIZE = 19
-MAX_AREA = (MAX_SIZE + 2) * (MAX_SIZE + 1)
+MAX_AREA = (MAX_SIZE + 2) * (MAX_SIZE + 1) + 1
 
 # What `play` and `legality` return.
 LEGAL = 0
@@ -116,7 +117,8 @@ class Boards(NamedTuple):
 
 
 def layout_area(layout: int) -> int:
-    return (layout + 2) * (layout + 1)
+    """Cells of a padded layout: every neighbour and diagonal of every point is inside it."""
+    return (layout + 2) * (layout + 1) + 1
 
 
 def point(stride: int, x: int, y: int) -> int:
@@ -126,6 +128,11 @@ def point(stride: int, x: int, y: int) -> int:
 
 def point_xy(stride: int, p: int) -> tuple[int, int]:
     return p % stride - 1, p // stride - 1
+
+
+def grid(row: np.ndarray, stride: int, size: int) -> np.ndarray:
+    """The [size, size] board (row 0 at the top) of one game's [A] padded row, as a view."""
+    return row[: (size + 2) * stride].reshape(-1, stride)[1 : size + 1, 1 : size + 1]
 
 
 def default_max_moves(size: int) -> int:
@@ -328,7 +335,10 @@ def _hash_after(b, g, p, c, suicide):
 
 @kernel
 def legality(b, g, p, c):
-    """LEGAL if c may play at p now (PASS always may), else the ILLEGAL_* reason."""
+    """LEGAL if c may play at p now (PASS always may, while the move history has room), else
+    the ILLEGAL_* reason."""
+    if b.move_count[g] >= b.moves.shape[1]:
+        return ILLEGAL_GAME_FULL
     if p == PASS:
         return LEGAL
     if p < 0 or p >= b.color.shape[1]:
@@ -498,8 +508,6 @@ def _record_move(b, g, p, c):
 @kernel
 def play(b, g, p, c):
     """c plays p (a point or PASS) in game g if legal; returns LEGAL or the reason it is not."""
-    if b.move_count[g] >= b.moves.shape[1]:
-        return ILLEGAL_GAME_FULL
     status = legality(b, g, p, c)
     if status == LEGAL:
         play_legal(b, g, p, c)
@@ -561,6 +569,8 @@ def recompute_hash(b, g):
 @kernel
 def copy_game(src, gs, dst, gd):
     """Copy game gs of `src` into slot gd of `dst` (same layout and limits)."""
+    if src.color is dst.color and gs == gd:
+        return  # clearing the destination's history would clear the source's
     dst.size[gd] = src.size[gs]
     for i in range(src.rules.shape[1]):
         dst.rules[gd, i] = src.rules[gs, i]
@@ -616,10 +626,11 @@ def is_eye(b, g, p, c):
 
 @kernel
 def legal_row(b, g, c, out):
-    """out[p] = whether c may play p, for every p of the layout; out[PASS] is True."""
+    """out[p] = whether c may play p, for every p of the layout (out[PASS]: whether c may pass,
+    which is only refused when the move history is full)."""
     for p in range(b.color.shape[1]):
         out[p] = b.color[g, p] == EMPTY and legality(b, g, p, c) == LEGAL
-    out[PASS] = True
+    out[PASS] = legality(b, g, PASS, c) == LEGAL
 
 
 @kernel
@@ -757,7 +768,7 @@ def play_all(b: Boards, moves: np.ndarray) -> np.ndarray:
 
 
 def legal_all(b: Boards) -> np.ndarray:
-    """[G, A] bool: whether each game's side to move may play each point (column PASS: True)."""
+    """[G, A] bool: whether each game's side to move may play each point (column PASS: pass)."""
     out = np.zeros(b.color.shape, np.bool_)
     over_games(_legal_range, b.games, b, out)
     return out

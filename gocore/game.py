@@ -91,8 +91,7 @@ class Game:
 
     def board(self) -> np.ndarray:
         """[n, n] int8 of EMPTY/BLACK/WHITE, row 0 at the top."""
-        n, w = self.size, self.b.stride
-        return self.b.color[0].reshape(-1, w)[1 : n + 1, 1 : n + 1].copy()
+        return gb.grid(self.b.color[0], self.b.stride, self.size).copy()
 
     def stones(self, color: int) -> list[Point]:
         ys, xs = np.nonzero(self.board() == color)
@@ -111,8 +110,10 @@ class Game:
 
     def legality(self, color: int, move: Move) -> str:
         """'legal' or the reason the move is illegal."""
+        if color not in (BLACK, WHITE):
+            raise ValueError(f"color must be BLACK or WHITE (got {color})")
         if move is None:
-            return STATUS_NAMES[LEGAL]
+            return STATUS_NAMES[gb.legality(self.b, 0, gb.PASS, color)]
         x, y = move
         if not (0 <= x < self.size and 0 <= y < self.size):
             return STATUS_NAMES[gb.ILLEGAL_OFF_BOARD]
@@ -247,9 +248,10 @@ class Game:
             for s, h in zip(stones, heads, strict=True)
             if group_total[h] < 0
         ]
-        n, w = self.size, self.b.stride
-        grid = ownership.reshape(-1, w)[1 : n + 1, 1 : n + 1]
-        return DeadStoneEstimate(ownership=grid, dead=sorted(dead, key=lambda p: (p[1], p[0])))
+        return DeadStoneEstimate(
+            ownership=gb.grid(ownership, self.b.stride, self.size),
+            dead=sorted(dead, key=lambda p: (p[1], p[0])),
+        )
 
     def groups(self) -> list[tuple[int, list[Point]]]:
         """The groups on the board as (color, points), in reading order of their first stone."""

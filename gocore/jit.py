@@ -12,29 +12,70 @@ Why these options (each measured on 9x9 random games, see `tengen bench rules`):
   allocate would fail to compile, which keeps them honest.
 - `inline="always"`: a call that is not inlined passes that tuple by value (~1 KB pushed on the
   stack); inlining every kernel took random 9x9 games from 19k to 44k per second.
+- `error_model="numpy"`: integer division by zero gives 0 instead of raising, so no kernel
+  carries a hidden exception path (kernels never divide by zero anyway).
 - Batched drivers are serial loops over a range of games, spread over cores by `over_games`
   with threads (they release the GIL). Numba's `prange` is not used: inside a parfor, writes
   through a named tuple's arrays from inlined code are lost (numba 0.68).
 
-Numba's on-disk cache is keyed on each function's own source file: after editing this file,
-run `make clean-cache`, or machine code compiled with the old options is reused.
+The on-disk cache: numba decides whether a cached function is stale from its own source file
+only, but drivers inline kernels from other files, so an edit to board.py would leave
+playout.py's cached drivers running the old rules. The cache therefore lives in a folder named
+by a digest of the kernel sources (the gocore modules that compile with these decorators and
+the gocore modules they import): any edit to them compiles everything afresh.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
+import threading
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numba
 
+
+def kernel_sources() -> list[Path]:
+    """This file, every gocore module that compiles kernels, and what they import from gocore."""
+    here = Path(__file__).parent
+    texts = {path.stem: path.read_text() for path in here.glob("*.py")}
+    wanted = {"jit"} | {name for name, text in texts.items() if "gocore.jit import" in text}
+    todo = list(wanted)
+    while todo:
+        for dep in re.findall(r"from gocore\.(\w+) import", texts[todo.pop()]):
+            if dep in texts and dep not in wanted:
+                wanted.add(dep)
+                todo.append(dep)
+    return sorted(here / f"{name}.py" for name in wanted)
+
+
+def _cache_dir() -> Path:
+    digest = hashlib.sha256()
+    for path in kernel_sources():
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    base = os.environ.get("NUMBA_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "tengen", "numba"
+    )
+    return Path(base) / f"gocore-{digest.hexdigest()[:16]}"
+
+
+CACHE_DIR = _cache_dir()
+# Read by numba when each cached function below is decorated. (This is numba's global cache
+# setting; nothing else in tengen caches numba code.)
+numba.config.CACHE_DIR = str(CACHE_DIR)
+
 # A per-game kernel: operates on one row (game) of the batched arrays.
-kernel = numba.njit(cache=True, nogil=True, _nrt=False, inline="always")
+kernel = numba.njit(cache=True, nogil=True, _nrt=False, inline="always", error_model="numpy")
 
 # A driver: a loop over games [start, stop) or any other entry point called from Python.
-driver = numba.njit(cache=True, nogil=True, _nrt=False)
+driver = numba.njit(cache=True, nogil=True, _nrt=False, error_model="numpy")
 
 _pool: ThreadPoolExecutor | None = None
 _pool_threads = 0
+_pool_lock = threading.Lock()
 
 
 def cpu_threads() -> int:
@@ -52,10 +93,12 @@ def over_games(fn, games: int, *args, threads: int | None = None) -> None:
     if threads <= 1:
         fn(*args, 0, games)
         return
-    if _pool is None or _pool_threads < threads:
-        _pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="gocore")
-        _pool_threads = threads
+    with _pool_lock:
+        if _pool is None or _pool_threads < threads:
+            _pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="gocore")
+            _pool_threads = threads
+        pool = _pool
     bounds = [games * i // threads for i in range(threads + 1)]
-    futures = [_pool.submit(fn, *args, bounds[i], bounds[i + 1]) for i in range(threads)]
+    futures = [pool.submit(fn, *args, bounds[i], bounds[i + 1]) for i in range(threads)]
     for f in futures:
         f.result()

@@ -84,3 +84,57 @@ def test_move_limit_is_reported_not_overrun():
     for _ in range(3):
         assert gb.play_all(b, np.array([PASS]))[0] == gb.LEGAL
     assert gb.play_all(b, np.array([PASS]))[0] == gb.ILLEGAL_GAME_FULL
+
+
+@pytest.mark.parametrize("layout", [2, 5, 9, 19])
+def test_every_neighbour_and_diagonal_is_inside_the_layout(layout):
+    b = gb.new_boards(1, layout)
+    area, stride = b.color.shape[1], b.stride
+    for y in range(layout):
+        for x in range(layout):
+            p = gb.point(stride, x, y)
+            for d in (-stride - 1, -stride, -stride + 1, -1, 1, stride - 1, stride, stride + 1):
+                assert 0 <= p + d < area
+    # Everything that is not a point of the board is a wall.
+    assert (b.color[0] == gb.WALL).sum() == area - layout * layout
+
+
+def test_the_bottom_right_corner_eye_is_an_eye():
+    # The corner's outer diagonal is the last cell of the layout (it used to be past the end).
+    b = gb.new_boards(1, 5)
+    for x, y in ((3, 4), (4, 3), (3, 3)):
+        assert gb.setup_stone(b, 0, gb.point(b.stride, x, y), BLACK) == gb.LEGAL
+    assert gb.is_eye(b, 0, gb.point(b.stride, 4, 4), BLACK)
+    assert b.color[0, -1] == gb.WALL
+
+
+def test_copy_game_onto_itself_keeps_the_superko_history():
+    game = Game(5, PRESETS["tromp-taylor"])
+    for colour, move in ((BLACK, (0, 0)), (WHITE, (1, 1)), (BLACK, (2, 2))):
+        game.play(colour, move)
+    history = game.b.history.copy()
+    gb.copy_game(game.b, 0, game.b, 0)
+    assert np.array_equal(game.b.history, history)
+    copy = gb.new_boards(2, 5, PRESETS["tromp-taylor"])
+    gb.copy_game(game.b, 0, copy, 1)
+    assert np.array_equal(copy.history[1], history[0]) and copy.history_count[1] == 4
+
+
+def test_a_full_move_history_is_reported_by_legality_too():
+    game = Game(5, PRESETS["chinese"], max_moves=2)
+    game.play(BLACK, (2, 2))
+    game.play(WHITE, None)
+    assert game.legality(BLACK, (0, 0)) == "move limit reached"
+    assert game.legality(BLACK, None) == "move limit reached"
+    assert game.legal_moves(BLACK) == []
+    assert not gb.legal_all(game.b)[0, PASS]
+
+
+def test_the_kernel_cache_is_named_by_every_kernel_source():
+    from gocore.jit import CACHE_DIR, kernel_sources
+
+    names = {path.name for path in kernel_sources()}
+    # board.py's kernels are inlined into playout.py's drivers: both, and what they import.
+    assert {"jit.py", "board.py", "playout.py", "rules.py"} <= names
+    assert "gtp.py" not in names and "sgf.py" not in names
+    assert CACHE_DIR.name.startswith("gocore-")
