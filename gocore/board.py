@@ -92,7 +92,7 @@ class Boards(NamedTuple):
     to_move: np.ndarray  # [G] int8 the player to move
     ko_point: np.ndarray  # [G] int16 point banned by simple ko, NO_POINT if none
     ko_color: np.ndarray  # [G] int8 the player the ko ban applies to
-    passes: np.ndarray  # [G] int16 consecutive passes just played
+    passes: np.ndarray  # [G] int32 consecutive passes just played
     move_count: np.ndarray  # [G] int32 moves played, passes included
     moves: np.ndarray  # [G, M] int16 the moves played, PASS for a pass
     move_colors: np.ndarray  # [G, M] int8 who played each move
@@ -177,7 +177,7 @@ def new_boards(
         to_move=np.zeros(games, np.int8),
         ko_point=np.zeros(games, np.int16),
         ko_color=np.zeros(games, np.int8),
-        passes=np.zeros(games, np.int16),
+        passes=np.zeros(games, np.int32),
         move_count=np.zeros(games, np.int32),
         moves=np.zeros((games, max_moves), np.int16),
         move_colors=np.zeros((games, max_moves), np.int8),
@@ -195,11 +195,6 @@ def new_boards(
 # ---------------------------------------------------------------------------------------------
 # Per-game kernels
 # ---------------------------------------------------------------------------------------------
-
-
-@kernel
-def opponent(c):
-    return 3 - c
 
 
 @kernel
@@ -415,22 +410,15 @@ def _remove_group(b, g, start):
         b.hash[g] ^= ZOBRIST[c, s]
         removed += 1
         # The emptied point is a new liberty of each distinct neighbouring opponent group.
-        a0 = s - stride
-        a1 = s - 1
-        a2 = s + 1
-        a3 = s + stride
-        h0 = np.int64(b.group_head[g, a0]) if b.color[g, a0] == opp else -1
-        h1 = np.int64(b.group_head[g, a1]) if b.color[g, a1] == opp else -1
-        h2 = np.int64(b.group_head[g, a2]) if b.color[g, a2] == opp else -1
-        h3 = np.int64(b.group_head[g, a3]) if b.color[g, a3] == opp else -1
-        if h0 >= 0:
-            b.group_libs[g, h0] += 1
-        if h1 >= 0 and h1 != h0:
-            b.group_libs[g, h1] += 1
-        if h2 >= 0 and h2 != h0 and h2 != h1:
-            b.group_libs[g, h2] += 1
-        if h3 >= 0 and h3 != h0 and h3 != h1 and h3 != h2:
-            b.group_libs[g, h3] += 1
+        seen0 = -1
+        seen1 = -1
+        seen2 = -1
+        for q in (s - stride, s - 1, s + 1, s + stride):
+            if b.color[g, q] == opp:
+                head = np.int64(b.group_head[g, q])
+                new, seen0, seen1, seen2 = _first_sighting(head, seen0, seen1, seen2)
+                if new:
+                    b.group_libs[g, head] += 1
         s = np.int64(b.group_next[g, s])
         if s == start:
             break
