@@ -44,7 +44,11 @@ def kernel_sources() -> list[Path]:
     wanted = {"jit"} | {name for name, text in texts.items() if "gocore.jit import" in text}
     todo = list(wanted)
     while todo:
-        for dep in re.findall(r"from gocore\.(\w+) import", texts[todo.pop()]):
+        # Both `from gocore.board import x` and `from gocore import board`.
+        text = texts[todo.pop()]
+        deps = re.findall(r"from gocore\.(\w+) import", text)
+        deps += re.findall(r"from gocore import (\w+)", text)
+        for dep in deps:
             if dep in texts and dep not in wanted:
                 wanted.add(dep)
                 todo.append(dep)
