@@ -102,6 +102,7 @@ class Boards(NamedTuple):
     history_slots: np.ndarray  # [G, M + 2] int32 the slots filled, in order (to clear only those)
     history_count: np.ndarray  # [G] int32 how many slots are filled
     scratch: np.ndarray  # [G, A] int16 work space of flood fills
+    setup: np.ndarray  # [G, A] int8 the setup stones (handicap, SGF AB/AW), EMPTY elsewhere
 
     @property
     def games(self) -> int:
@@ -187,6 +188,7 @@ def new_boards(
         history_slots=np.zeros((games, max_moves + 2), np.int32),
         history_count=np.zeros(games, np.int32),
         scratch=np.zeros((games, area), np.int16),
+        setup=np.zeros((games, area), np.int8),
     )
     reset_all(b)
     return b
@@ -208,6 +210,7 @@ def reset(b, g):
         b.group_next[g, p] = 0
         b.group_size[g, p] = 0
         b.group_libs[g, p] = 0
+        b.setup[g, p] = EMPTY
     for y in range(n):
         for x in range(n):
             b.color[g, (y + 1) * stride + x + 1] = EMPTY
@@ -426,7 +429,7 @@ def _remove_group(b, g, start):
 
 
 @kernel
-def _place_stone(b, g, p, c):
+def place_stone(b, g, p, c):
     """Put c's stone at p with its captures (and a legal group suicide); updates the ko point."""
     stride = b.stride
     opp = 3 - c
@@ -506,7 +509,7 @@ def play(b, g, p, c):
 def play_legal(b, g, p, c):
     """c plays p, known to be legal (from `legality`) with room left in the move history."""
     if p != PASS:
-        _place_stone(b, g, p, c)
+        place_stone(b, g, p, c)
     _record_move(b, g, p, c)
 
 
@@ -530,7 +533,8 @@ def setup_stone(b, g, p, c):
             return ILLEGAL_SETUP
     if not has_liberty:
         return ILLEGAL_SETUP
-    _place_stone(b, g, p, c)
+    place_stone(b, g, p, c)
+    b.setup[g, p] = c
     b.ko_point[g] = NO_POINT
     reset_history(b, g)
     return LEGAL
@@ -568,6 +572,7 @@ def copy_game(src, gs, dst, gd):
         dst.group_next[gd, p] = src.group_next[gs, p]
         dst.group_size[gd, p] = src.group_size[gs, p]
         dst.group_libs[gd, p] = src.group_libs[gs, p]
+        dst.setup[gd, p] = src.setup[gs, p]
     dst.to_move[gd] = src.to_move[gs]
     dst.ko_point[gd] = src.ko_point[gs]
     dst.ko_color[gd] = src.ko_color[gs]
@@ -588,6 +593,46 @@ def copy_game(src, gs, dst, gd):
         dst.history[gd, slot] = src.history[gs, slot]
         dst.history_slots[gd, i] = slot
     dst.history_count[gd] = count
+
+
+@kernel
+def replay_position(src, gs, dst, gd, upto):
+    """Rebuild in slot gd of `dst` the stones of game gs after its first `upto` moves (setup
+    stones first): colours, groups, liberties, captures, hash and the simple-ko point. The move
+    list and the superko history of `dst` are left alone (`dst` may be made with few moves)."""
+    dst.size[gd] = src.size[gs]
+    for i in range(src.rules.shape[1]):
+        dst.rules[gd, i] = src.rules[gs, i]
+    for p in range(src.color.shape[1]):
+        dst.color[gd, p] = WALL if src.color[gs, p] == WALL else EMPTY
+        dst.group_head[gd, p] = 0
+        dst.group_next[gd, p] = 0
+        dst.group_size[gd, p] = 0
+        dst.group_libs[gd, p] = 0
+        dst.setup[gd, p] = src.setup[gs, p]
+    for c in range(3):
+        dst.captures[gd, c] = 0
+    dst.hash[gd] = EMPTY_BOARD_HASH
+    for p in range(src.color.shape[1]):
+        c = src.setup[gs, p]
+        if c != EMPTY:
+            place_stone(dst, gd, p, c)
+    dst.ko_point[gd] = NO_POINT
+    # Who moves first: the colour of the first move, else the side to move now.
+    c = src.move_colors[gs, 0] if src.move_count[gs] > 0 else src.to_move[gs]
+    passes = 0
+    for m in range(upto):
+        p = src.moves[gs, m]
+        c = src.move_colors[gs, m]
+        if p == PASS:
+            dst.ko_point[gd] = NO_POINT
+            passes += 1
+        else:
+            place_stone(dst, gd, p, c)
+            passes = 0
+        c = 3 - c
+    dst.to_move[gd] = c
+    dst.passes[gd] = passes
 
 
 @kernel

@@ -71,8 +71,32 @@ CACHE_DIR = _cache_dir()
 # setting; nothing else in tengen caches numba code.)
 numba.config.CACHE_DIR = str(CACHE_DIR)
 
-# A per-game kernel: operates on one row (game) of the batched arrays.
-kernel = numba.njit(cache=True, nogil=True, _nrt=False, inline="always", error_model="numpy")
+# Every function compiled by `kernel` or `routine`, in order: gocore.cuda compiles the same
+# Python functions again as CUDA device functions.
+KERNELS: list = []
+
+_inlined = numba.njit(cache=True, nogil=True, _nrt=False, inline="always", error_model="numpy")
+_called = numba.njit(cache=True, nogil=True, _nrt=False, error_model="numpy")
+
+
+def kernel(fn):
+    """A per-game kernel: operates on one row (game) of the batched arrays; inlined into its
+    callers (numba IR inlining), so it should be small or called from few places."""
+    dispatcher = _inlined(fn)
+    KERNELS.append(dispatcher)
+    return dispatcher
+
+
+def routine(fn):
+    """A per-game kernel too large to inline everywhere (the ladder reader, Benson, the
+    encoder): called, not inlined. Nesting inlined kernels several levels deep multiplies the IR
+    numba must compile (the encoder took 20 GB and minutes that way). A routine called in a
+    hot loop takes rows of arrays rather than the batch tuple, which would be copied per call.
+    """
+    dispatcher = _called(fn)
+    KERNELS.append(dispatcher)
+    return dispatcher
+
 
 # A driver: a loop over games [start, stop) or any other entry point called from Python.
 driver = numba.njit(cache=True, nogil=True, _nrt=False, error_model="numpy")

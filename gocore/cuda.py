@@ -1,0 +1,335 @@
+"""The Go core on a CUDA GPU: the kernels of gocore.board, gocore.playout and gocore.features,
+compiled a second time from the same Python functions as numba-cuda device functions, and
+launched one game per thread.
+
+How one source becomes two targets: every function decorated with `gocore.jit.kernel` or
+`routine` is recorded. Here each one's Python function is rebuilt over a copy of its module's
+globals in which every recorded kernel is replaced by its CUDA twin, and compiled with
+`numba.cuda.jit(device=True)`. A kernel calling `legality` thus calls the CPU `legality` on the
+CPU and the CUDA `legality` on the GPU, with no change to its source. The entry points below
+(`_play_entry`, ...) are written the same way: plain functions over the CPU names, rebuilt
+with the CUDA namespace and compiled with `cuda.jit`.
+
+Needs the optional numba-cuda package (`pip install 'tengen[cuda]'`). Under the CUDA simulator
+(`NUMBA_ENABLE_CUDASIM=1`) the same code runs as Python on the CPU, which is how the tests
+check it on machines without a GPU. `python -m gocore.cuda --ptx` compiles every entry point
+to PTX without a GPU (needs NVVM from the CUDA toolkit wheels).
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import types
+
+import numpy as np
+
+from gocore import board, features, jit, playout  # noqa: F401  (registers their kernels)
+from gocore.board import Boards
+from gocore.features import FeatureWork
+
+try:
+    from numba import cuda
+except ImportError as e:  # pragma: no cover - numba always ships numba.cuda or numba-cuda
+    raise ImportError("the CUDA backend needs numba-cuda: pip install 'tengen[cuda]'") from e
+
+THREADS_PER_BLOCK = 64
+
+
+def simulated() -> bool:
+    """Whether numba.cuda is the CPU simulator (NUMBA_ENABLE_CUDASIM=1)."""
+    from numba import config
+
+    return bool(config.ENABLE_CUDASIM)
+
+
+def available() -> bool:
+    """Whether kernels can run: a GPU with a driver, or the simulator."""
+    try:
+        return bool(cuda.is_available())
+    except Exception:  # noqa: BLE001 - a missing driver library raises various errors
+        return False
+
+
+@functools.cache
+def _twins() -> tuple[dict, dict[str, dict]]:
+    """(CPU dispatcher -> CUDA device function, module name -> the CUDA namespace)."""
+    namespaces: dict[str, dict] = {}
+    twins: dict = {}
+    for dispatcher in jit.KERNELS:
+        fn = dispatcher.py_func
+        namespace = namespaces.get(fn.__module__)
+        if namespace is None:
+            namespace = dict(sys.modules[fn.__module__].__dict__)
+            namespaces[fn.__module__] = namespace
+        rebuilt = types.FunctionType(
+            fn.__code__, namespace, fn.__name__, fn.__defaults__, fn.__closure__
+        )
+        inline = dispatcher.targetoptions.get("inline") == "always"
+        # forceinline is LLVM's alwaysinline: small kernels inline as on the CPU, without
+        # numba's IR inlining (which multiplies compile work on deep call trees).
+        twins[dispatcher] = (
+            cuda.jit(device=True, forceinline=True, opt=True)(rebuilt)
+            if inline and not simulated()
+            else cuda.jit(device=True, opt=not simulated())(rebuilt)
+        )
+    for namespace in namespaces.values():
+        for name, value in list(namespace.items()):
+            if _is_twinned(value, twins):
+                namespace[name] = twins[value]
+    return twins, namespaces
+
+
+def _is_twinned(value, twins: dict) -> bool:
+    try:
+        return value in twins
+    except TypeError:  # unhashable module globals
+        return False
+
+
+def _entry(fn):
+    """Compile an entry point written over CPU kernel names as a CUDA kernel (lazily)."""
+
+    @functools.cache
+    def compiled():
+        twins, _ = _twins()
+        namespace = dict(globals())
+        for name, value in list(namespace.items()):
+            if _is_twinned(value, twins):
+                namespace[name] = twins[value]
+        rebuilt = types.FunctionType(fn.__code__, namespace, fn.__name__)
+        return cuda.jit(rebuilt)
+
+    compiled.py_func = fn
+    return compiled
+
+
+# Entry points: one game per thread. Names below refer to the CPU kernels; `_entry` swaps in
+# the CUDA twins.
+reset = board.reset
+play = board.play
+legal_row = board.legal_row
+encode = features.encode
+policy_to_points = features.policy_to_points
+play_out = playout.play_out
+
+
+@_entry
+def _reset_entry(b):
+    g = cuda.grid(1)
+    if g < b.size.shape[0]:
+        reset(b, g)
+
+
+@_entry
+def _play_entry(b, moves, status):
+    g = cuda.grid(1)
+    if g < b.size.shape[0]:
+        status[g] = play(b, g, moves[g], b.to_move[g])
+
+
+@_entry
+def _legal_entry(b, out):
+    g = cuda.grid(1)
+    if g < b.size.shape[0]:
+        legal_row(b, g, b.to_move[g], out[g])
+
+
+@_entry
+def _encode_entry(b, w, symmetry, planes, glob):
+    g = cuda.grid(1)
+    if g < b.size.shape[0]:
+        encode(b, g, w, symmetry[g], planes[g], glob[g])
+
+
+@_entry
+def _policy_entry(b, symmetry, policy, out):
+    g = cuda.grid(1)
+    if g < b.size.shape[0]:
+        policy_to_points(b, g, symmetry[g], policy[g], out[g])
+
+
+@_entry
+def _play_out_entry(b, rng, avoid_own_eyes):
+    g = cuda.grid(1)
+    if g < b.size.shape[0]:
+        play_out(b, g, rng, avoid_own_eyes)
+
+
+ENTRIES = {
+    "reset": _reset_entry,
+    "play": _play_entry,
+    "legal": _legal_entry,
+    "encode": _encode_entry,
+    "policy": _policy_entry,
+    "play_out": _play_out_entry,
+}
+
+
+def _launch(entry, games: int, *args) -> None:
+    blocks = (games + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK
+    entry()[blocks, THREADS_PER_BLOCK](*args)
+
+
+# ---------------------------------------------------------------------------------------------
+# Moving batches between host and device
+# ---------------------------------------------------------------------------------------------
+
+
+def to_device(batch):
+    """A Boards or FeatureWork (or any named tuple of arrays, nested) with its arrays copied to
+    the GPU; ints stay as they are."""
+    fields = []
+    for value in batch:
+        if isinstance(value, np.ndarray):
+            fields.append(cuda.to_device(value))
+        elif isinstance(value, tuple):
+            fields.append(to_device(value))
+        else:
+            fields.append(value)
+    return type(batch)(*fields)
+
+
+def to_host(batch):
+    """The inverse of `to_device`: numpy copies of every device array."""
+    fields = []
+    for value in batch:
+        if isinstance(value, tuple):
+            fields.append(to_host(value))
+        elif hasattr(value, "copy_to_host"):
+            fields.append(value.copy_to_host())
+        else:
+            fields.append(value)
+    return type(batch)(*fields)
+
+
+# ---------------------------------------------------------------------------------------------
+# The batched API, as in gocore.board and gocore.features; arrays stay on the device
+# ---------------------------------------------------------------------------------------------
+
+
+def new_boards(games: int, size, rules=None, *, layout=None, max_moves=None) -> Boards:
+    return to_device(board.new_boards(games, size, rules, layout=layout, max_moves=max_moves))
+
+
+def new_work(b: Boards) -> FeatureWork:
+    return to_device(features.new_work(to_host_sizes(b)))
+
+
+def to_host_sizes(b: Boards) -> Boards:
+    """A host Boards with b's sizes and rules (what allocating work space needs), small."""
+    sizes = b.size.copy_to_host() if hasattr(b.size, "copy_to_host") else b.size
+    rules = b.rules.copy_to_host() if hasattr(b.rules, "copy_to_host") else b.rules
+    return board.new_boards(len(sizes), sizes, rules, layout=b.layout, max_moves=1)
+
+
+def reset_all(b: Boards) -> None:
+    _launch(_reset_entry, b.games, b)
+
+
+def play_all(b: Boards, moves):
+    status = cuda.device_array(b.games, np.int32)
+    _launch(_play_entry, b.games, b, _on_device(moves, np.int64), status)
+    return status
+
+
+def legal_all(b: Boards):
+    out = cuda.device_array(b.color.shape, np.bool_)
+    _launch(_legal_entry, b.games, b, out)
+    return out
+
+
+def encode_all(b: Boards, work: FeatureWork, planes, glob, symmetry=None) -> None:
+    """As features.encode_all, into device buffers (numba device arrays, or anything with
+    __cuda_array_interface__ such as a torch CUDA tensor)."""
+    symmetry = features._symmetries(None if symmetry is None else _host(symmetry), b.games)
+    _launch(
+        _encode_entry,
+        b.games,
+        b,
+        work,
+        cuda.to_device(symmetry),
+        _as_device(planes),
+        _as_device(glob),
+    )
+
+
+def play_out_all(b: Boards, rng, avoid_own_eyes: bool) -> None:
+    """Random playouts to the end in every game (rng: [G] uint64 state, e.g. on the device)."""
+    _launch(_play_out_entry, b.games, b, _on_device(rng, np.uint64), avoid_own_eyes)
+
+
+def policy_all(b: Boards, policy, symmetry=None):
+    symmetry = features._symmetries(None if symmetry is None else _host(symmetry), b.games)
+    out = cuda.device_array(b.color.shape, np.float32)
+    _launch(_policy_entry, b.games, b, cuda.to_device(symmetry), _as_device(policy), out)
+    return out
+
+
+def _host(x):
+    return x.copy_to_host() if hasattr(x, "copy_to_host") else np.asarray(x)
+
+
+def _on_device(x, dtype):
+    if hasattr(x, "copy_to_host"):
+        return x
+    return cuda.to_device(np.ascontiguousarray(x, dtype=dtype))
+
+
+def _as_device(x):
+    if isinstance(x, np.ndarray):
+        raise TypeError("pass a device array (cuda.device_array or a CUDA tensor), not numpy")
+    return cuda.as_cuda_array(x) if not hasattr(x, "copy_to_host") else x
+
+
+def compile_ptx(cc: tuple[int, int] = (9, 0)) -> dict[str, int]:
+    """Compile every entry point to PTX for compute capability `cc`, without a GPU. Returns the
+    PTX size of each. Checks that the kernels are valid CUDA code, which the simulator cannot."""
+    import numba
+
+    b = board.new_boards(2, 9)
+    w = features.new_work(b)
+    i64 = np.zeros(2, np.int64)
+    planes = np.zeros((2, features.N_PLANES, 9, 9), np.float32)
+    glob = np.zeros((2, features.N_GLOBALS), np.float32)
+    policy = np.zeros((2, 82), np.float32)
+    samples = {
+        "reset": (b,),
+        "play": (b, i64, np.zeros(2, np.int32)),
+        "legal": (b, np.zeros(b.color.shape, np.bool_)),
+        "encode": (b, w, i64, planes, glob),
+        "policy": (b, i64, policy, np.zeros(b.color.shape, np.float32)),
+        "play_out": (b, playout.new_rng(2, 0), True),
+    }
+    # numba-cuda asks the current GPU for its compute capability when it compiles a device
+    # function; with no GPU, answer with the target's.
+    from numba.cuda import dispatcher as cuda_dispatcher
+
+    cuda_dispatcher.get_current_device = lambda: types.SimpleNamespace(compute_capability=cc)
+    twins, _ = _twins()
+    sizes = {}
+    for name, entry in ENTRIES.items():
+        namespace = dict(globals())
+        for key, value in list(namespace.items()):
+            if _is_twinned(value, twins):
+                namespace[key] = twins[value]
+        fn = entry.py_func
+        rebuilt = types.FunctionType(fn.__code__, namespace, fn.__name__)
+        signature = tuple(numba.typeof(arg) for arg in samples[name])
+        ptx, _ = cuda.compile_ptx(rebuilt, signature, cc=cc)
+        sizes[name] = len(ptx)
+    return sizes
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv != ["--ptx"]:
+        print("usage: python -m gocore.cuda --ptx", file=sys.stderr)
+        return 2
+    for name, size in compile_ptx().items():
+        print(f"{name}: {size} bytes of PTX")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
