@@ -28,6 +28,7 @@ test: setup
 
 bench: setup
 	$(BIN)/tengen bench rules
+	$(BIN)/tengen bench features
 
 lint: setup
 	$(BIN)/ruff check .

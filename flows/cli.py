@@ -167,6 +167,24 @@ def _show_final_position(sgf_path: Path, console) -> None:
     console.print(f"result {record.result}: {record.root_comment}", highlight=False)
 
 
+@bench_app.command("features")
+def bench_features(
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print a JSON list instead of a table.")
+    ] = False,
+    seconds: Annotated[float, typer.Option(help="Seconds per measurement.")] = 2.0,
+    sizes: Annotated[str, typer.Option(help="Board sizes, comma separated.")] = "9,19",
+    batch: Annotated[int, typer.Option(help="Positions per batch.")] = 256,
+) -> None:
+    """Positions encoded per second beside one b6c96 forward pass on the same batch."""
+    from flows.bench_features import bench_features as run
+    from flows.bench_features import format_table
+
+    board_sizes = _sizes(sizes)
+    rows = run(sizes=board_sizes, batch=batch, seconds=seconds)
+    print(json.dumps(rows) if as_json else format_table(rows))
+
+
 @bench_app.command("rules")
 def bench_rules(
     as_json: Annotated[
@@ -181,8 +199,18 @@ def bench_rules(
     from gocore.bench import bench_rules as run
     from gocore.bench import format_table
 
-    rows = run(tuple(int(s) for s in sizes.split(",")), seconds)
+    rows = run(_sizes(sizes), seconds)
     print(json.dumps(rows) if as_json else format_table(rows))
+
+
+def _sizes(text: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(int(s) for s in text.split(","))
+    except ValueError:
+        raise typer.BadParameter(f"expected sizes like 9,19 (got {text!r})", "--sizes") from None
+    if not all(2 <= s <= 19 for s in sizes):
+        raise typer.BadParameter(f"board sizes are 2..19 (got {text!r})", "--sizes")
+    return sizes
 
 
 if __name__ == "__main__":

@@ -8,11 +8,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+# The CUDA kernels run in numba's CUDA simulator unless a real GPU run is asked for with
+# TENGEN_GPU=1 (then tests marked `gpu` run too). Decided here, before numba is imported.
+if not os.environ.get("TENGEN_GPU"):
+    os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
 
-from gocore.board import BLACK, WHITE
-from gocore.game import Game
-from gocore.rules import PRESETS, Rules
+import pytest  # noqa: E402
+
+from gocore.board import BLACK, WHITE  # noqa: E402
+from gocore.game import Game  # noqa: E402
+from gocore.rules import PRESETS, Rules  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 # Real game records (from ../shared/data/sgf, copied here so that a bare checkout has them).

@@ -31,3 +31,30 @@ def test_bench_rules_table():
     result = run_cli("bench", "rules", "--seconds", "0.1", "--sizes", "5")
     assert result.returncode == 0, result.stderr
     assert "random games per second" in result.stdout and "5x5" in result.stdout
+
+
+def test_bench_features_json_shape():
+    result = run_cli(
+        "bench", "features", "--json", "--seconds", "0.05", "--sizes", "5,7", "--batch", "8"
+    )
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(result.stdout)
+    assert {r["board"] for r in rows} == {"5x5", "7x7"}
+    for r in rows:
+        assert {
+            "board",
+            "device",
+            "positions_per_s",
+            "forward_positions_per_s",
+            "encode_fraction",
+        } <= set(r)
+        assert r["device"] in ("cpu", "cuda") and r["positions_per_s"] > 0
+        assert r["encode_fraction"] == pytest.approx(
+            r["forward_positions_per_s"] / r["positions_per_s"], rel=0.01
+        )
+    assert {r["threads"] for r in rows if r["device"] == "cpu"} >= {1}
+
+
+def test_bench_features_rejects_bad_sizes():
+    result = run_cli("bench", "features", "--sizes", "9,twenty")
+    assert result.returncode != 0 and "expected sizes like 9,19" in result.stderr

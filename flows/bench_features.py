@@ -1,0 +1,158 @@
+"""`tengen bench features`: input positions encoded per second (planes, globals, ladders and
+Benson included) beside one forward pass of a b6c96-shaped net on the same batch, measured in
+the same run on the same cores. The encoder should cost well under 10% of the forward pass.
+
+Positions come from uniform random play stopped at 20%..65% of n^2 moves: many small groups
+in atari or with two liberties, so more ladder reading than in real games.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+
+from gocore import board as gb
+from gocore import features as F
+from gocore.rules import PRESETS
+
+STOP_FRACTIONS = (0.2, 0.35, 0.5, 0.65)
+
+
+def random_positions(size: int, games: int, seed: int = 0) -> list[gb.Boards]:
+    """Batches of random mid-game positions, one batch per stopping point."""
+    pick = np.random.default_rng(seed)
+    batches = []
+    per = max(1, games // len(STOP_FRACTIONS))
+    for fraction in STOP_FRACTIONS:
+        b = gb.new_boards(per, size, PRESETS["chinese"])
+        for _ in range(int(fraction * size * size)):
+            legal = gb.legal_all(b)
+            legal[:, gb.PASS] = False
+            scores = pick.random(legal.shape) * legal
+            moves = scores.argmax(axis=1)
+            moves[~legal.any(axis=1)] = gb.PASS
+            gb.play_all(b, moves)
+        batches.append(b)
+    return batches
+
+
+def _timed(fn, seconds: float) -> float:
+    """Calls per second of fn over at least `seconds` (after one warm-up call)."""
+    fn()
+    calls = 0
+    start = time.perf_counter()
+    while True:
+        fn()
+        calls += 1
+        elapsed = time.perf_counter() - start
+        if elapsed >= seconds:
+            return calls / elapsed
+
+
+def bench_features(
+    sizes=(9, 19), batch: int = 256, seconds: float = 2.0, blocks: int = 6, channels: int = 96
+) -> list[dict]:
+
+    from nets.baseline import ResidualTower
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    rows = []
+    net = ResidualTower(blocks, channels).eval()
+    for size in sizes:
+        batches = random_positions(size, batch)
+        rows += _bench_cpu(size, batches, net, seconds, cores)
+        gpu_row = _bench_gpu(size, batches, net, seconds)
+        if gpu_row:
+            rows.append(gpu_row)
+    return rows
+
+
+def _bench_cpu(size, batches, net, seconds, cores) -> list[dict]:
+    import torch
+
+    positions = sum(b.games for b in batches)
+    works = [F.new_work(b) for b in batches]
+    planes = [np.zeros(F.tensor_shapes(b.games, size)[0], np.float32) for b in batches]
+    globs = [np.zeros((b.games, F.N_GLOBALS), np.float32) for b in batches]
+
+    def encode(threads):
+        for b, w, p, g in zip(batches, works, planes, globs, strict=True):
+            F.encode_all(b, w, p, g, threads=threads)
+
+    encode(cores)
+    all_planes = torch.from_numpy(np.concatenate(planes))
+    all_globs = torch.from_numpy(np.concatenate(globs))
+    rows = []
+    for threads in sorted({1, cores}):
+        encode_rate = _timed(lambda t=threads: encode(t), seconds) * positions
+        torch.set_num_threads(threads)
+        with torch.inference_mode():
+            forward_rate = _timed(lambda: net(all_planes, all_globs), seconds) * positions
+        rows.append(_row(size, "cpu", threads, positions, encode_rate, forward_rate))
+    torch.set_num_threads(cores)
+    return rows
+
+
+def _row(size, device, threads, batch, encode_rate, forward_rate) -> dict:
+    return {
+        "board": f"{size}x{size}",
+        "device": device,
+        "threads": threads,
+        "batch": batch,
+        "positions_per_s": round(encode_rate, 1),
+        "forward_positions_per_s": round(forward_rate, 1),
+        "encode_fraction": round(forward_rate / encode_rate, 4),
+        "net": "b6c96",
+    }
+
+
+def _bench_gpu(size, batches, net, seconds) -> dict | None:
+    """The same on a GPU: encode with the CUDA kernels into torch CUDA tensors, forward there."""
+    import torch
+
+    try:
+        from gocore import cuda as gpu
+    except ImportError:
+        return None
+    if gpu.simulated() or not gpu.available() or not torch.cuda.is_available():
+        return None
+    positions = sum(b.games for b in batches)
+    device_batches = [gpu.to_device(b) for b in batches]
+    works = [gpu.new_work(b) for b in device_batches]
+    planes = [torch.zeros(F.tensor_shapes(b.games, size)[0], device="cuda") for b in batches]
+    globs = [torch.zeros((b.games, F.N_GLOBALS), device="cuda") for b in batches]
+
+    def encode():
+        for b, w, p, g in zip(device_batches, works, planes, globs, strict=True):
+            gpu.encode_all(b, w, p, g)
+        gpu.cuda.synchronize()
+
+    cuda_net = net.to("cuda")
+    all_planes, all_globs = torch.cat(planes), torch.cat(globs)
+
+    def forward():
+        cuda_net(all_planes, all_globs)
+        torch.cuda.synchronize()
+
+    encode_rate = _timed(encode, seconds) * positions
+    with torch.inference_mode():
+        forward_rate = _timed(forward, seconds) * positions
+    net.to("cpu")
+    return _row(size, "cuda", 0, positions, encode_rate, forward_rate)
+
+
+def format_table(rows: list[dict]) -> str:
+    lines = [
+        "input encoding (18 planes + 10 globals, ladders, Benson) beside one b6c96 forward pass",
+        f"{'board':>6} {'device':>6} {'threads':>7} {'batch':>5} {'encode pos/s':>13} "
+        f"{'forward pos/s':>14} {'encode/forward':>15}",
+    ]
+    for r in rows:
+        lines.append(
+            f"{r['board']:>6} {r['device']:>6} {r['threads'] or '-':>7} {r['batch']:>5} "
+            f"{r['positions_per_s']:>13,.0f} {r['forward_positions_per_s']:>14,.0f} "
+            f"{r['encode_fraction']:>14.1%}"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,198 @@
+"""The Go core's CUDA target gives exactly what the CPU gives: every entry point (reset, play,
+legal moves, playouts, encoding with ladders and Benson, policy mapping) on random positions.
+
+Under the CUDA simulator (the default in tests, see conftest) these run the CUDA code path as
+Python; with TENGEN_GPU=1 on a machine with a GPU they run on the GPU, and the tests marked
+`gpu` add larger batches. `test_kernels_compile_to_ptx` checks what the simulator cannot: that
+every kernel is valid CUDA code (it compiles them with NVVM, no GPU needed).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from gocore import board as gb
+from gocore import features as F
+from gocore.device import backend
+from gocore.playout import new_rng
+from gocore.rules import PRESETS, Rules
+
+cuda_mod = pytest.importorskip("gocore.cuda", reason="numba-cuda is not installed")
+
+requires_gpu = pytest.mark.skipif(
+    cuda_mod.simulated() or not cuda_mod.available(), reason="needs a CUDA GPU (TENGEN_GPU=1)"
+)
+
+
+@pytest.fixture(scope="module")
+def gpu():
+    if not cuda_mod.available():
+        pytest.skip("no CUDA GPU and the simulator is off")
+    return backend("cuda")
+
+
+def _mixed_rules(games: int) -> np.ndarray:
+    names = ["chinese", "tromp-taylor", "new-zealand", "japanese", "aga"]
+    return np.stack([PRESETS[names[g % len(names)]].as_row() for g in range(games)])
+
+
+def _play_both(gpu, games, sizes, steps, seed):
+    rules = _mixed_rules(games)
+    host = gb.new_boards(games, sizes, rules, max_moves=steps + 8)
+    device = gpu.new_boards(games, sizes, rules, max_moves=steps + 8)
+    pick = np.random.default_rng(seed)
+    for _ in range(steps):
+        legal = gb.legal_all(host)
+        assert np.array_equal(legal, gpu.to_numpy(gpu.legal_all(device)))
+        moves = np.array([pick.choice(np.flatnonzero(row)) for row in legal])
+        # Now and then an illegal move, which both must refuse the same way.
+        if pick.random() < 0.2:
+            moves[0] = pick.integers(0, host.color.shape[1])
+        status = gb.play_all(host, moves)
+        assert np.array_equal(status, gpu.to_numpy(gpu.play_all(device, moves)))
+    return host, device
+
+
+def _assert_same_boards(host, device):
+    copied = cuda_mod.to_host(device)
+    for name in gb.Boards._fields:
+        assert np.array_equal(getattr(host, name), getattr(copied, name)), name
+
+
+def test_play_and_legal_moves_match_the_cpu(gpu):
+    host, device = _play_both(gpu, 5, [5, 7, 9, 7, 6], steps=40, seed=1)
+    _assert_same_boards(host, device)
+    gb.reset_all(host)
+    gpu.reset_all(device)
+    _assert_same_boards(host, device)
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # uint64 wraps
+def test_playouts_match_the_cpu(gpu):
+    from gocore.playout import play_out_all
+
+    host = gb.new_boards(4, 5, Rules(), max_moves=120)
+    device = gpu.new_boards(4, 5, Rules(), max_moves=120)
+    rng_host = new_rng(4, 9)
+    rng_device = cuda_mod.cuda.to_device(rng_host.copy())
+    play_out_all(host, rng_host, True)
+    gpu.play_out_all(device, rng_device, True)
+    _assert_same_boards(host, device)
+    assert np.array_equal(rng_host, rng_device.copy_to_host())
+
+
+def test_encoding_matches_the_cpu(gpu):
+    games, tensor = 5, 9
+    host, device = _play_both(gpu, games, [9, 7, 9, 8, 9], steps=45, seed=2)
+    symmetry = np.arange(games) % 8
+    planes = np.zeros((games, F.N_PLANES, tensor, tensor), np.float32)
+    glob = np.zeros((games, F.N_GLOBALS), np.float32)
+    F.encode_all(host, F.new_work(host), planes, glob, symmetry)
+    d_planes = gpu.zeros(planes.shape, np.float32)
+    d_glob = gpu.zeros(glob.shape, np.float32)
+    gpu.encode_all(device, gpu.new_work(device), d_planes, d_glob, symmetry)
+    assert np.array_equal(planes, gpu.to_numpy(d_planes))
+    assert np.array_equal(glob, gpu.to_numpy(d_glob))
+    # The positions are not trivial: stones, liberties and history all show.
+    assert planes[:, F.OWN].sum() > 0 and planes[:, F.LIBERTIES_1 : F.LIBERTIES_3 + 1].sum() > 0
+
+
+def test_ladders_and_pass_alive_area_match_the_cpu(gpu):
+    from tests.conftest import game_from_diagram
+    from tests.test_features import LADDERS
+
+    diagrams = [case[1] for case in LADDERS if case[0].startswith(("runs", "two_liberties_at"))]
+    diagrams.append(
+        ". X . X O . . . .\nX X X X O . . . .\nO O O O O . . . .\n"
+        + "\n".join([" ".join("." * 9)] * 6)
+    )
+    for diagram in diagrams:
+        game = game_from_diagram(diagram)
+        planes = np.zeros((1, F.N_PLANES, 9, 9), np.float32)
+        glob = np.zeros((1, F.N_GLOBALS), np.float32)
+        F.encode_all(game.b, F.new_work(game.b), planes, glob)
+        device = cuda_mod.to_device(game.b)
+        d_planes = gpu.zeros(planes.shape, np.float32)
+        d_glob = gpu.zeros(glob.shape, np.float32)
+        gpu.encode_all(device, gpu.new_work(device), d_planes, d_glob)
+        got = gpu.to_numpy(d_planes)
+        assert np.array_equal(planes, got)
+        assert got[0, F.LADDERED].any() or got[0, F.OWN_PASS_ALIVE].any()
+
+
+def test_policy_mapping_matches_the_cpu(gpu):
+    host, device = _play_both(gpu, 3, 7, steps=10, seed=3)
+    policy = np.random.default_rng(0).random((3, 7 * 7 + 1)).astype(np.float32)
+    symmetry = np.array([0, 5, 7])
+    expected = F.policy_all(host, policy, symmetry)
+    got = gpu.to_numpy(gpu.policy_all(device, cuda_mod.cuda.to_device(policy), symmetry))
+    assert np.array_equal(expected, got)
+
+
+def test_device_buffers_are_refused_as_numpy(gpu):
+    device = gpu.new_boards(1, 5)
+    with pytest.raises(TypeError, match="pass a device array"):
+        gpu.encode_all(
+            device,
+            gpu.new_work(device),
+            np.zeros((1, 18, 5, 5), np.float32),
+            np.zeros((1, 10), np.float32),
+        )
+
+
+def test_backend_names():
+    assert backend("cpu").name == "cpu"
+    with pytest.raises(ValueError, match="device must be one of cpu, cuda"):
+        backend("tpu")
+
+
+@requires_gpu
+@pytest.mark.gpu
+def test_large_batch_on_the_gpu_matches_the_cpu(gpu):
+    host, device = _play_both(gpu, 512, 19, steps=120, seed=4)
+    _assert_same_boards(host, device)
+    planes = np.zeros((512, F.N_PLANES, 19, 19), np.float32)
+    glob = np.zeros((512, F.N_GLOBALS), np.float32)
+    symmetry = np.arange(512) % 8
+    F.encode_all(host, F.new_work(host), planes, glob, symmetry)
+    d_planes = gpu.zeros(planes.shape, np.float32)
+    d_glob = gpu.zeros(glob.shape, np.float32)
+    gpu.encode_all(device, gpu.new_work(device), d_planes, d_glob, symmetry)
+    assert np.array_equal(planes, gpu.to_numpy(d_planes))
+
+
+@requires_gpu
+@pytest.mark.gpu
+def test_feature_buffer_goes_to_torch_without_a_copy(gpu):
+    torch = pytest.importorskip("torch")
+    device = gpu.new_boards(4, 9)
+    planes = torch.zeros((4, F.N_PLANES, 9, 9), device="cuda")
+    glob = torch.zeros((4, F.N_GLOBALS), device="cuda")
+    gpu.encode_all(device, gpu.new_work(device), planes, glob)
+    assert planes[:, F.ON_BOARD].sum().item() == 4 * 81
+
+
+def test_kernels_compile_to_ptx():
+    """Compile every CUDA entry point to PTX with NVVM, in a process without the simulator."""
+    try:
+        from cuda.pathfinder import load_nvidia_dynamic_lib
+
+        load_nvidia_dynamic_lib("nvvm")
+    except Exception:  # noqa: BLE001 - any failure to find NVVM means: cannot check here
+        pytest.skip("NVVM (the CUDA toolkit's compiler library) is not installed")
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    result = subprocess.run(
+        [sys.executable, "-m", "gocore.cuda", "--ptx"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    compiled = dict(line.split(": ", 1) for line in result.stdout.splitlines())
+    assert set(compiled) == set(cuda_mod.ENTRIES)
