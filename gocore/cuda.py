@@ -213,10 +213,10 @@ def new_boards(games: int, size, rules=None, *, layout=None, max_moves=None) -> 
 
 
 def new_work(b: Boards) -> FeatureWork:
-    return to_device(features.new_work(to_host_sizes(b)))
+    return to_device(features.new_work(_host_shell(b)))
 
 
-def to_host_sizes(b: Boards) -> Boards:
+def _host_shell(b: Boards) -> Boards:
     """A host Boards with b's sizes and rules (what allocating work space needs), small."""
     sizes = b.size.copy_to_host() if hasattr(b.size, "copy_to_host") else b.size
     rules = b.rules.copy_to_host() if hasattr(b.rules, "copy_to_host") else b.rules
@@ -242,7 +242,9 @@ def legal_all(b: Boards):
 def encode_all(b: Boards, work: FeatureWork, planes, glob, symmetry=None) -> None:
     """As features.encode_all, into device buffers (numba device arrays, or anything with
     __cuda_array_interface__ such as a torch CUDA tensor)."""
-    symmetry = features._symmetries(None if symmetry is None else _host(symmetry), b.games)
+    sizes = _host(b.size)
+    features.check_buffers(b.games, int(sizes.max()), planes.shape, glob.shape)
+    symmetry = features.check_symmetries(None if symmetry is None else _host(symmetry), b.games)
     _launch(
         _encode_entry,
         b.games,
@@ -260,7 +262,7 @@ def play_out_all(b: Boards, rng, avoid_own_eyes: bool) -> None:
 
 
 def policy_all(b: Boards, policy, symmetry=None):
-    symmetry = features._symmetries(None if symmetry is None else _host(symmetry), b.games)
+    symmetry = features.check_symmetries(None if symmetry is None else _host(symmetry), b.games)
     out = cuda.device_array(b.color.shape, np.float32)
     _launch(_policy_entry, b.games, b, cuda.to_device(symmetry), _as_device(policy), out)
     return out

@@ -705,9 +705,10 @@ def encode(b, g, w, sym, planes, glob):
         else:
             _set_plane(planes, LAST_MOVE + i, stride, n, sym, p)
 
-    # Ladders now (with the catching moves against the opponent), then 2 and 1 turns ago.
+    # Ladders now (with the catching moves against the opponent, collected in w.area), then 2
+    # and 1 turns ago.
     for p in range(n_points):
-        w.laddered[g, p] = 0
+        w.area[g, p] = 0
     _ladder_planes(b, g, w, planes, LADDERED, n, sym, opp, w.area[g])
     for p in range(n_points):
         if w.area[g, p]:
@@ -811,16 +812,8 @@ def encode_all(
     """Encode every game of `b` into the caller's float32 buffers planes [G, 18, T, T] and
     glob [G, 10] (T >= the largest board), game g under symmetry[g] (default: identity)."""
     games = b.games
-    if planes.shape[:2] != (games, N_PLANES) or planes.shape[2] != planes.shape[3]:
-        raise ValueError(f"planes must be [{games}, {N_PLANES}, T, T] (got {planes.shape})")
-    if planes.shape[2] < int(b.size.max()):
-        raise ValueError(
-            f"planes of {planes.shape[2]}x{planes.shape[2]} cannot hold a "
-            f"{int(b.size.max())}x{int(b.size.max())} board"
-        )
-    if glob.shape != (games, N_GLOBALS):
-        raise ValueError(f"globals must be [{games}, {N_GLOBALS}] (got {glob.shape})")
-    symmetry = _symmetries(symmetry, games)
+    check_buffers(games, int(b.size.max()), planes.shape, glob.shape)
+    symmetry = check_symmetries(symmetry, games)
     over_games(_encode_range, games, b, work, symmetry, planes, glob, threads=threads)
 
 
@@ -832,7 +825,7 @@ def policy_all(b: Boards, policy: np.ndarray, symmetry: np.ndarray | None = None
         _policy_range,
         b.games,
         b,
-        _symmetries(symmetry, b.games),
+        check_symmetries(symmetry, b.games),
         np.ascontiguousarray(policy, dtype=np.float32),
         out,
     )
@@ -855,7 +848,24 @@ def pass_alive_all(b: Boards, work: FeatureWork | None = None) -> np.ndarray:
     return work.area.copy()
 
 
-def _symmetries(symmetry, games: int) -> np.ndarray:
+def check_buffers(games: int, largest: int, planes_shape, glob_shape) -> None:
+    """Refuse feature buffers of the wrong shape (numpy, device arrays and tensors alike)."""
+    planes_shape, glob_shape = tuple(planes_shape), tuple(glob_shape)
+    if (
+        len(planes_shape) != 4
+        or planes_shape[:2] != (games, N_PLANES)
+        or planes_shape[2] != planes_shape[3]
+    ):
+        raise ValueError(f"planes must be [{games}, {N_PLANES}, T, T] (got {planes_shape})")
+    if planes_shape[2] < largest:
+        raise ValueError(
+            f"planes of {planes_shape[2]}x{planes_shape[2]} cannot hold a {largest}x{largest} board"
+        )
+    if glob_shape != (games, N_GLOBALS):
+        raise ValueError(f"globals must be [{games}, {N_GLOBALS}] (got {glob_shape})")
+
+
+def check_symmetries(symmetry, games: int) -> np.ndarray:
     if symmetry is None:
         return np.zeros(games, np.int64)
     symmetry = np.ascontiguousarray(np.broadcast_to(symmetry, (games,)), dtype=np.int64)
