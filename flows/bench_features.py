@@ -1,6 +1,7 @@
 """`tengen bench features`: input positions encoded per second (planes, globals, ladders and
-Benson included) beside one forward pass of a b6c96-shaped net on the same batch, measured in
-the same run on the same cores. The encoder should cost well under 10% of the forward pass.
+Benson included) beside one forward pass of KataGo's b6c96 net (nets.model) on the same batch,
+measured in the same run on the same cores. The encoder should cost well under 10% of the
+forward pass.
 
 Positions come from uniform random play stopped at 20%..65% of n^2 moves: many small groups
 in atari or with two liberties, so more ladder reading than in real games.
@@ -52,14 +53,15 @@ def _timed(fn, seconds: float) -> float:
 
 
 def bench_features(
-    sizes=(9, 19), batch: int = 256, seconds: float = 2.0, blocks: int = 6, channels: int = 96
+    sizes=(9, 19), batch: int = 256, seconds: float = 2.0, net: str = "b6c96"
 ) -> list[dict]:
 
-    from nets.baseline import ResidualTower
+    from nets.config import net_config
+    from nets.model import GoNet
 
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     rows = []
-    net = ResidualTower(blocks, channels).eval()
+    net = GoNet(net_config(net)).eval()
     for size in sizes:
         batches = random_positions(size, batch)
         rows += _bench_cpu(size, batches, net, seconds, cores)

@@ -22,6 +22,8 @@ app = typer.Typer(
 )
 bench_app = typer.Typer(help="Benchmarks, each beside a named baseline measured in the same run.")
 app.add_typer(bench_app, name="bench")
+nets_app = typer.Typer(help="The networks: sizes and parameter counts.")
+app.add_typer(nets_app, name="nets")
 
 
 def _version() -> str:
@@ -167,6 +169,84 @@ def _show_final_position(sgf_path: Path, console) -> None:
     console.print(f"result {record.result}: {record.root_comment}", highlight=False)
 
 
+@nets_app.command("describe")
+def nets_describe(
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print a JSON list instead of a table.")
+    ] = False,
+) -> None:
+    """Every network size: blocks, channels, pooling blocks, head widths, parameters, FLOPs."""
+    from nets.bench import flops_per_eval
+    from nets.config import SIZES
+    from nets.model import GoNet, parameter_count
+
+    rows = []
+    for name, config in SIZES.items():
+        model = GoNet(config)
+        rows.append(
+            {
+                "net": name,
+                "kind": config.kind,
+                "blocks": config.blocks,
+                "channels": config.channels,
+                "pool_blocks": list(config.pool_blocks),
+                "pool_channels": config.pool_channels,
+                "policy_channels": config.policy_channels,
+                "value_channels": config.value_channels,
+                "value_hidden": config.value_hidden,
+                "parameters": parameter_count(model),
+                "gflop_per_eval_19x19": round(flops_per_eval(model, 19) / 1e9, 3),
+                "gflop_per_eval_9x9": round(flops_per_eval(model, 9) / 1e9, 3),
+            }
+        )
+    if as_json:
+        print(json.dumps(rows))
+        return
+    print(
+        f"{'net':>15} {'kind':>6} {'blocks':>6} {'c':>4} {'pooling blocks':>15} {'c_pool':>6} "
+        f"{'heads p/v/vfc':>13} {'parameters':>11} {'GFLOP 9x9':>9} {'GFLOP 19x19':>11}"
+    )
+    for r in rows:
+        pools = ",".join(map(str, r["pool_blocks"])) or "-"
+        heads = f"{r['policy_channels']}/{r['value_channels']}/{r['value_hidden']}"
+        print(
+            f"{r['net']:>15} {r['kind']:>6} {r['blocks']:>6} {r['channels']:>4} {pools:>15} "
+            f"{r['pool_channels'] or '-':>6} {heads:>13} {r['parameters']:>11,} "
+            f"{r['gflop_per_eval_9x9']:>9.3f} {r['gflop_per_eval_19x19']:>11.3f}"
+        )
+
+
+@bench_app.command("nets")
+def bench_nets(
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print a JSON list instead of a table.")
+    ] = False,
+    seconds: Annotated[float, typer.Option(help="Seconds per measurement.")] = 1.0,
+    nets: Annotated[str, typer.Option(help="Net sizes, comma separated, or 'all'.")] = "all",
+    sizes: Annotated[str, typer.Option(help="Board sizes, comma separated.")] = "9,19",
+    batches: Annotated[str, typer.Option(help="Batch sizes, comma separated.")] = "64,256",
+) -> None:
+    """Forward evaluations and training samples per second per net, board and batch."""
+    from nets.bench import bench_nets as run
+    from nets.bench import format_table
+    from nets.config import SIZES
+
+    names = list(SIZES) if nets == "all" else [n.strip() for n in nets.split(",")]
+    unknown = [n for n in names if n not in SIZES]
+    if unknown:
+        raise typer.BadParameter(
+            f"unknown nets {unknown}; known: {', '.join(SIZES)}", param_hint="--nets"
+        )
+    try:
+        batch_sizes = tuple(int(b) for b in batches.split(","))
+    except ValueError:
+        raise typer.BadParameter(
+            f"expected batches like 64,256 (got {batches!r})", param_hint="--batches"
+        ) from None
+    rows = run(names, _sizes(sizes), batch_sizes, seconds)
+    print(json.dumps(rows) if as_json else format_table(rows))
+
+
 @bench_app.command("features")
 def bench_features(
     as_json: Annotated[
@@ -207,9 +287,11 @@ def _sizes(text: str) -> tuple[int, ...]:
     try:
         sizes = tuple(int(s) for s in text.split(","))
     except ValueError:
-        raise typer.BadParameter(f"expected sizes like 9,19 (got {text!r})", "--sizes") from None
+        raise typer.BadParameter(
+            f"expected sizes like 9,19 (got {text!r})", param_hint="--sizes"
+        ) from None
     if not all(2 <= s <= 19 for s in sizes):
-        raise typer.BadParameter(f"board sizes are 2..19 (got {text!r})", "--sizes")
+        raise typer.BadParameter(f"board sizes are 2..19 (got {text!r})", param_hint="--sizes")
     return sizes
 
 

@@ -58,3 +58,4 @@ def test_bench_features_json_shape():
 def test_bench_features_rejects_bad_sizes():
     result = run_cli("bench", "features", "--sizes", "9,twenty")
     assert result.returncode != 0 and "expected sizes like 9,19" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -1,0 +1,266 @@
+"""KataGo's residual net with global pooling (the paper's Appendix A), and the MobileNetV2+SE
+trunk (Cazenave 2021) with Polygames-style heads; both give the same outputs.
+
+Inputs: planes (B, 18, T, T) from gocore.features (plane 0 is 1 on the board) and globals
+(B, 10). A board smaller than T sits in the top-left corner; every convolution output is
+multiplied by the board mask, and batch norms and poolings count only points on the board,
+so a 9x9 board gives the same outputs in a 9x9 tensor as in a 19x19 one.
+
+Outputs (a dict of tensors, B rows):
+    policy          (B, T*T + 1)  logits of the move to play; the last is pass; off-board -inf
+    opponent_policy (B, T*T + 1)  logits of the opponent's reply
+    outcome         (B, 3)        logits of win, loss, no result (for the player to move)
+    score_mean      (B,)          final score difference predicted (player to move, points)
+    score_stdev     (B,)          its standard deviation (> 0)
+    ownership       (B, T, T)     in -1..1: +1 = the player to move's at the end
+    score_belief    (B, S)        logits over final score differences, S = 4 * score_range + 1
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from nets.config import NetConfig
+
+OFF_BOARD_LOGIT = -1e4  # added to policy logits off the board (finite, so fp16 stays sane)
+
+
+def score_values(config: NetConfig) -> torch.Tensor:
+    """The final score differences the score belief's bins stand for: -R, -R + 0.5, ..., R."""
+    r = config.score_range
+    return torch.arange(-2 * r, 2 * r + 1, dtype=torch.float32) * 0.5
+
+
+class MaskedBatchNorm(nn.BatchNorm2d):
+    """Batch norm whose statistics count only points on the board; the output is 0 off it."""
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+        # x (B, C, H, W), mask (B, 1, H, W), count: number of on-board points in the batch.
+        if self.training:
+            mean = (x * mask).sum(dim=(0, 2, 3)) / count  # (C,)
+            var = (((x - mean[None, :, None, None]) * mask) ** 2).sum(dim=(0, 2, 3)) / count
+            with torch.no_grad():
+                n = float(count)
+                unbiased = var * n / max(n - 1.0, 1.0)
+                self.running_mean.lerp_(mean, self.momentum)
+                self.running_var.lerp_(unbiased, self.momentum)
+                self.num_batches_tracked += 1
+        else:
+            mean, var = self.running_mean, self.running_var
+        scale = self.weight * torch.rsqrt(var + self.eps)
+        shift = self.bias - mean * scale
+        return (x * scale[None, :, None, None] + shift[None, :, None, None]) * mask
+
+
+class Board:
+    """What every layer needs about the boards of a batch (computed once per forward)."""
+
+    def __init__(self, planes: torch.Tensor):
+        self.mask = planes[:, :1]  # (B, 1, H, W)
+        self.area = self.mask.sum(dim=(2, 3))  # (B, 1)
+        self.count = self.mask.sum()  # scalar: on-board points in the batch
+        self.width = torch.sqrt(self.area)  # (B, 1)
+
+    def pool(self, x: torch.Tensor) -> torch.Tensor:
+        """KataGo's global pooling: (B, C, H, W) -> (B, 3C) of mean, mean * (width - 14) / 10,
+        and max over the board."""
+        mean = x.sum(dim=(2, 3)) / self.area
+        scaled = mean * (self.width - 14.0) / 10.0
+        top = (x + (self.mask - 1.0) * 1e4).amax(dim=(2, 3))
+        return torch.cat([mean, scaled, top], dim=1)
+
+    def pool_value(self, x: torch.Tensor) -> torch.Tensor:
+        """The value head's pooling: mean, mean * (width - 14) / 10 and
+        mean * ((width - 14)^2 / 100 - 0.1)."""
+        mean = x.sum(dim=(2, 3)) / self.area
+        scaled = mean * (self.width - 14.0) / 10.0
+        quadratic = mean * ((self.width - 14.0) ** 2 / 100.0 - 0.1)
+        return torch.cat([mean, scaled, quadratic], dim=1)
+
+
+class NormActConv(nn.Module):
+    def __init__(self, c_in: int, c_out: int, kernel: int):
+        super().__init__()
+        self.norm = MaskedBatchNorm(c_in)
+        self.conv = nn.Conv2d(c_in, c_out, kernel, padding=kernel // 2, bias=False)
+
+    def forward(self, x: torch.Tensor, board: Board) -> torch.Tensor:
+        return self.conv(F.relu(self.norm(x, board.mask, board.count))) * board.mask
+
+
+class ResBlock(nn.Module):
+    """Pre-activation residual block: (BN, ReLU, 3x3 conv) twice, added to the input."""
+
+    def __init__(self, c: int):
+        super().__init__()
+        self.first = NormActConv(c, c, 3)
+        self.second = NormActConv(c, c, 3)
+
+    def forward(self, x: torch.Tensor, board: Board) -> torch.Tensor:
+        return x + self.second(self.first(x, board), board)
+
+
+class GlobalPoolBlock(nn.Module):
+    """A residual block whose first convolution feeds c_pool channels to global pooling; the
+    pooled values become a bias on the other c - c_pool channels."""
+
+    def __init__(self, c: int, c_pool: int):
+        super().__init__()
+        self.norm = MaskedBatchNorm(c)
+        self.conv_regular = nn.Conv2d(c, c - c_pool, 3, padding=1, bias=False)
+        self.conv_pooled = nn.Conv2d(c, c_pool, 3, padding=1, bias=False)
+        self.norm_pooled = MaskedBatchNorm(c_pool)
+        self.pool_bias = nn.Linear(3 * c_pool, c - c_pool, bias=False)
+        self.second = NormActConv(c - c_pool, c, 3)
+
+    def forward(self, x: torch.Tensor, board: Board) -> torch.Tensor:
+        y = F.relu(self.norm(x, board.mask, board.count))
+        regular = self.conv_regular(y) * board.mask  # (B, c - c_pool, H, W)
+        pooled = self.conv_pooled(y) * board.mask  # (B, c_pool, H, W)
+        pooled = F.relu(self.norm_pooled(pooled, board.mask, board.count))
+        regular = regular + self.pool_bias(board.pool(pooled))[:, :, None, None] * board.mask
+        return x + self.second(regular, board)
+
+
+class InvertedResidual(nn.Module):
+    """MobileNetV2 block with squeeze-and-excitation: 1x1 expansion, 3x3 depthwise, SE, 1x1
+    projection, added to the input."""
+
+    def __init__(self, c: int, expansion: int, se_ratio: int):
+        super().__init__()
+        hidden = c * expansion
+        self.expand = nn.Conv2d(c, hidden, 1, bias=False)
+        self.norm_expand = MaskedBatchNorm(hidden)
+        self.depthwise = nn.Conv2d(hidden, hidden, 3, padding=1, groups=hidden, bias=False)
+        self.norm_depthwise = MaskedBatchNorm(hidden)
+        self.squeeze = nn.Linear(hidden, max(hidden // se_ratio, 8))
+        self.excite = nn.Linear(max(hidden // se_ratio, 8), hidden)
+        self.project = nn.Conv2d(hidden, c, 1, bias=False)
+        self.norm_project = MaskedBatchNorm(c)
+
+    def forward(self, x: torch.Tensor, board: Board) -> torch.Tensor:
+        m, n = board.mask, board.count
+        y = F.relu6(self.norm_expand(self.expand(x) * m, m, n))
+        y = F.relu6(self.norm_depthwise(self.depthwise(y) * m, m, n))
+        gate = torch.sigmoid(self.excite(F.relu(self.squeeze(y.sum(dim=(2, 3)) / board.area))))
+        y = y * gate[:, :, None, None]
+        return x + self.norm_project(self.project(y) * m, m, n)
+
+
+class ScoreBelief(nn.Module):
+    """The paper's score belief: for each possible final score s, a small MLP of the pooled
+    value features and of s itself (0.05 s and the parity of s) gives a logit; the logits are
+    then scaled by a learned positive factor. Returns (B, S) logits."""
+
+    def __init__(self, features: int, hidden: int, config: NetConfig):
+        super().__init__()
+        self.register_buffer("values", score_values(config), persistent=False)  # (S,)
+        self.from_features = nn.Linear(features, hidden)
+        self.from_score = nn.Linear(2, hidden, bias=False)
+        self.out = nn.Linear(hidden, 1)
+        self.scale = nn.Linear(features, 1)
+
+    def forward(self, pooled: torch.Tensor) -> torch.Tensor:
+        s = self.values
+        parity = torch.remainder(s, 2.0).sub(1.0).abs()  # 1 at even scores, 0 at odd, .5 between
+        score_features = torch.stack([0.05 * s, parity], dim=1)  # (S, 2)
+        hidden = self.from_features(pooled)[:, None, :] + self.from_score(score_features)[None]
+        logits = self.out(F.relu(hidden)).squeeze(-1)  # (B, S)
+        return logits * F.softplus(self.scale(pooled))
+
+
+class PolicyHead(nn.Module):
+    """KataGo's policy head: P and G branches; G pooled into a bias on P; two maps (own move,
+    opponent's reply) and two pass logits from the pooled G."""
+
+    def __init__(self, c: int, c_head: int):
+        super().__init__()
+        self.conv_p = nn.Conv2d(c, c_head, 1, bias=False)
+        self.conv_g = nn.Conv2d(c, c_head, 1, bias=False)
+        self.norm_g = MaskedBatchNorm(c_head)
+        self.g_bias = nn.Linear(3 * c_head, c_head, bias=False)
+        self.norm_p = MaskedBatchNorm(c_head)
+        self.conv_out = nn.Conv2d(c_head, 2, 1, bias=False)
+        self.pass_out = nn.Linear(3 * c_head, 2, bias=False)
+
+    def forward(self, x: torch.Tensor, board: Board) -> tuple[torch.Tensor, torch.Tensor]:
+        m, n = board.mask, board.count
+        p = self.conv_p(x) * m  # (B, c_head, H, W)
+        g = F.relu(self.norm_g(self.conv_g(x) * m, m, n))
+        pooled = board.pool(g)  # (B, 3 c_head)
+        p = p + self.g_bias(pooled)[:, :, None, None] * m
+        maps = self.conv_out(F.relu(self.norm_p(p, m, n)))  # (B, 2, H, W)
+        maps = maps + (1.0 - m) * OFF_BOARD_LOGIT
+        return maps.flatten(2), self.pass_out(pooled)  # (B, 2, H*W), (B, 2)
+
+
+class ValueHead(nn.Module):
+    """Outcome, score mean and stdev, ownership and the score belief."""
+
+    def __init__(self, c: int, config: NetConfig):
+        super().__init__()
+        c_val, hidden = config.value_channels, config.value_hidden
+        self.conv = nn.Conv2d(c, c_val, 1, bias=False)
+        self.norm = MaskedBatchNorm(c_val)
+        self.hidden = nn.Linear(3 * c_val, hidden)
+        self.outcome = nn.Linear(hidden, 3)
+        self.score = nn.Linear(hidden, 2)  # mean, pre-softplus stdev
+        self.ownership = nn.Conv2d(c_val, 1, 1)
+        self.score_belief = ScoreBelief(3 * c_val, hidden, config)
+
+    def forward(self, x: torch.Tensor, board: Board) -> dict[str, torch.Tensor]:
+        v = F.relu(
+            self.norm(self.conv(x) * board.mask, board.mask, board.count)
+        )  # (B, c_val, H, W)
+        pooled = board.pool_value(v)  # (B, 3 c_val)
+        h = F.relu(self.hidden(pooled))
+        score = self.score(h)
+        return {
+            "outcome": self.outcome(h),
+            "score_mean": score[:, 0] * 20.0,  # scores are tens of points: a better-scaled output
+            "score_stdev": F.softplus(score[:, 1]) * 20.0,
+            "ownership": torch.tanh(self.ownership(v)).squeeze(1) * board.mask[:, 0],
+            "score_belief": self.score_belief(pooled),
+        }
+
+
+class GoNet(nn.Module):
+    """The whole network for one NetConfig (resnet or mobile)."""
+
+    def __init__(self, config: NetConfig):
+        super().__init__()
+        self.config = config
+        c = config.channels
+        self.stem = nn.Conv2d(config.planes, c, 5, padding=2, bias=False)
+        self.global_bias = nn.Linear(config.globals, c, bias=False)
+        blocks: list[nn.Module] = []
+        for i in range(config.blocks):
+            if config.kind == "mobile":
+                blocks.append(InvertedResidual(c, config.expansion, config.se_ratio))
+            elif i in config.pool_blocks:
+                blocks.append(GlobalPoolBlock(c, config.pool_channels))
+            else:
+                blocks.append(ResBlock(c))
+        self.blocks = nn.ModuleList(blocks)
+        self.trunk_norm = MaskedBatchNorm(c)
+        self.policy = PolicyHead(c, config.policy_channels)
+        self.value = ValueHead(c, config)
+
+    def forward(self, planes: torch.Tensor, glob: torch.Tensor) -> dict[str, torch.Tensor]:
+        board = Board(planes)
+        x = self.stem(planes) * board.mask  # (B, c, H, W)
+        x = x + self.global_bias(glob)[:, :, None, None] * board.mask
+        for block in self.blocks:
+            x = block(x, board)
+        x = F.relu(self.trunk_norm(x, board.mask, board.count))
+        maps, passes = self.policy(x, board)
+        out = self.value(x, board)
+        out["policy"] = torch.cat([maps[:, 0], passes[:, :1]], dim=1)  # (B, H*W + 1)
+        out["opponent_policy"] = torch.cat([maps[:, 1], passes[:, 1:]], dim=1)
+        return out
+
+
+def parameter_count(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())

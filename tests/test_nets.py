@@ -1,0 +1,376 @@
+"""The networks: shapes, board masks, gradients, each loss term, learning a fixed batch,
+checkpoints (round trip, refusals, export), the evaluator and its symmetries."""
+
+from __future__ import annotations
+
+import fractions
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from nets import checkpoint
+from nets.config import SIZES, NetConfig, net_config
+from nets.evaluator import Evaluator, transform, untransform
+from nets.losses import LossWeights, loss_terms
+from nets.model import GoNet, score_values
+from tests.conftest import run_cli
+
+SMALL = ["b2c16", "mobile-b4c32"]
+
+# These nets are tiny: one thread is fastest, and several threads spin-waiting on a busy 2-core
+# machine made a training step 60 times slower.
+torch.set_num_threads(1)
+
+
+def inputs(batch: int, tensor: int, board: int | None = None, seed: int = 0):
+    """Random binary planes on a board x board board in the top-left of the tensor."""
+    board = tensor if board is None else board
+    g = torch.Generator().manual_seed(seed)
+    planes = torch.zeros(batch, 18, tensor, tensor)
+    planes[:, 1:, :board, :board] = (torch.rand(batch, 17, board, board, generator=g) < 0.2).float()
+    planes[:, 0, :board, :board] = 1.0
+    glob = torch.rand(batch, 10, generator=g)
+    return planes, glob
+
+
+def targets(batch: int, tensor: int, board: int | None = None, seed: int = 1):
+    board = tensor if board is None else board
+    g = torch.Generator().manual_seed(seed)
+    on_board = torch.zeros(tensor, tensor)
+    on_board[:board, :board] = 1
+    legal = torch.cat([on_board.flatten(), torch.ones(1)])
+    policy = torch.rand(batch, tensor * tensor + 1, generator=g) * legal
+    moves = torch.nonzero(legal).flatten()
+    return {
+        "policy": policy / policy.sum(dim=1, keepdim=True),
+        "policy_weight": torch.ones(batch),
+        "opponent_move": moves[torch.randint(0, len(moves), (batch,), generator=g)],
+        "outcome": torch.eye(3)[torch.randint(0, 2, (batch,), generator=g)],
+        "score": torch.randint(-20, 20, (batch,), generator=g).float() + 0.5,
+        "ownership": torch.randint(-1, 2, (batch, tensor, tensor), generator=g).float() * on_board,
+        "value_weight": torch.ones(batch),
+    }
+
+
+@pytest.mark.parametrize("name", list(SIZES))
+def test_output_shapes_for_every_size_and_board(name):
+    model = GoNet(SIZES[name]).eval()
+    bins = 4 * SIZES[name].score_range + 1
+    for tensor, board in [(19, 19), (9, 9), (19, 7)]:
+        planes, glob = inputs(2, tensor, board)
+        with torch.no_grad():
+            out = model(planes, glob)
+        t = tensor * tensor
+        assert out["policy"].shape == (2, t + 1) and out["opponent_policy"].shape == (2, t + 1)
+        assert out["outcome"].shape == (2, 3) and out["score_belief"].shape == (2, bins)
+        assert out["score_mean"].shape == (2,) and (out["score_stdev"] > 0).all()
+        assert out["ownership"].shape == (2, tensor, tensor)
+        assert out["ownership"].abs().max() <= 1
+        # Off the board: no policy mass and no ownership.
+        off = planes[:, 0].flatten(1) == 0
+        assert (out["policy"][:, :-1][off] < -1000).all()
+        assert (out["ownership"][planes[:, 0] == 0] == 0).all()
+
+
+@pytest.mark.parametrize("name", SMALL)
+@pytest.mark.parametrize("training", [False, True])
+def test_a_small_board_in_a_large_tensor_gives_the_same_outputs(name, training):
+    torch.manual_seed(0)
+    model = GoNet(SIZES[name])
+    model.train(training)
+    small_planes, glob = inputs(3, 9)
+    large_planes = torch.zeros(3, 18, 19, 19)
+    large_planes[:, :, :9, :9] = small_planes
+    with torch.no_grad():
+        small = model(small_planes, glob)
+        large = model(large_planes, glob)
+    close = {"rtol": 1e-4, "atol": 1e-4}
+    board_policy = large["policy"][:, :-1].reshape(3, 19, 19)[:, :9, :9].reshape(3, 81)
+    assert torch.allclose(small["policy"][:, :-1], board_policy, **close)
+    assert torch.allclose(small["policy"][:, -1], large["policy"][:, -1], **close)
+    assert torch.allclose(small["ownership"], large["ownership"][:, :9, :9], **close)
+    for key in ("outcome", "score_mean", "score_stdev", "score_belief"):
+        assert torch.allclose(small[key], large[key], **close), key
+
+
+@pytest.mark.parametrize("name", SMALL)
+def test_the_gradient_reaches_every_parameter(name):
+    torch.manual_seed(0)
+    model = GoNet(SIZES[name]).train()
+    planes, glob = inputs(4, 7)
+    loss = loss_terms(model(planes, glob), targets(4, 7), planes[:, 0], model)["total"]
+    loss.backward()
+    missing = [n for n, p in model.named_parameters() if p.grad is None or not p.grad.any()]
+    assert not missing
+
+
+def _perfect_outputs(target: dict, tensor: int) -> dict:
+    """Outputs that predict `target` as well as outputs can."""
+    values = score_values(SIZES["b2c16"])
+    score_bin = ((target["score"] - values[0]) * 2).long()
+    belief = torch.full((len(target["score"]), len(values)), -1e4)
+    belief[torch.arange(len(score_bin)), score_bin] = 0.0
+    reply = torch.full_like(target["policy"], -1e4)
+    reply[torch.arange(len(reply)), target["opponent_move"]] = 0.0
+    return {
+        "policy": torch.log(target["policy"].clamp(min=1e-30)),
+        "opponent_policy": reply,
+        "outcome": torch.log(target["outcome"].clamp(min=1e-30)),
+        "ownership": target["ownership"],
+        "score_belief": belief,
+        "score_mean": target["score"].clone(),
+        "score_stdev": torch.zeros_like(target["score"]),
+    }
+
+
+def test_each_loss_term_is_zero_or_minimal_on_a_perfect_prediction():
+    tensor = 7
+    target = targets(5, tensor)
+    mask = torch.ones(5, tensor, tensor)
+    perfect = loss_terms(_perfect_outputs(target, tensor), target, mask)
+    entropy = -(target["policy"] * torch.log(target["policy"].clamp(min=1e-30))).sum(1).mean()
+    assert perfect["policy"].item() == pytest.approx(entropy.item(), rel=1e-5)
+    for term in ("opponent_policy", "outcome", "ownership", "score_pdf", "score_cdf"):
+        assert perfect[term].item() == pytest.approx(0.0, abs=1e-4), term
+    assert perfect["score_mean"].item() == pytest.approx(0.0, abs=1e-4)
+    assert perfect["score_stdev"].item() == pytest.approx(0.0, abs=1e-4)
+    # Any disturbance costs: each term rises when its output moves away from the target.
+    for key, change in [
+        ("policy", lambda x: x.flip(1)),
+        ("opponent_policy", lambda x: x.roll(1, dims=1)),
+        ("outcome", lambda x: x.roll(1, dims=1)),
+        ("ownership", lambda x: -x),
+        ("score_belief", lambda x: x.roll(7, dims=1)),
+        ("score_mean", lambda x: x + 5),
+        ("score_stdev", lambda x: x + 5),
+    ]:
+        disturbed = dict(_perfect_outputs(target, tensor))
+        disturbed[key] = change(disturbed[key])
+        worse = loss_terms(disturbed, target, mask)
+        assert worse["total"] > perfect["total"], key
+
+
+def test_a_policy_weight_of_zero_removes_only_the_policy_terms():
+    torch.manual_seed(0)
+    model = GoNet(SIZES["b2c16"]).eval()
+    planes, glob = inputs(4, 7)
+    target = targets(4, 7)
+    with torch.no_grad():
+        out = model(planes, glob)
+    full = loss_terms(out, target, planes[:, 0])
+    target["policy_weight"] = torch.tensor([1.0, 0.0, 1.0, 0.0])
+    cheap = loss_terms(out, target, planes[:, 0])
+    assert cheap["policy"] < full["policy"] and cheap["opponent_policy"] < full["opponent_policy"]
+    for term in ("outcome", "ownership", "score_pdf", "score_cdf", "score_mean"):
+        assert cheap[term] == full[term], term
+
+
+def test_training_on_a_fixed_batch_lowers_the_loss():
+    torch.manual_seed(0)
+    model = GoNet(SIZES["b2c16"]).train()
+    planes, glob = inputs(16, 7)
+    target = targets(16, 7)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.9)
+    losses = []
+    for _ in range(300):
+        terms = loss_terms(model(planes, glob), target, planes[:, 0], model)
+        optimizer.zero_grad()
+        terms["total"].backward()
+        optimizer.step()
+        losses.append(terms["total"].item())
+    assert np.mean(losses[-20:]) < 0.6 * np.mean(losses[:5])
+
+
+def test_loss_weights_from_params():
+    weights = LossWeights.from_params({"policy": 1, "ownership": 0.5})
+    assert weights.ownership == 0.5 and weights.opponent_policy == 0.15
+    with pytest.raises(ValueError, match=r"params.yaml: loss: unknown keys \['polcy'\]"):
+        LossWeights.from_params({"polcy": 1.0})
+    with pytest.raises(ValueError, match=r"loss.l2 must be a number >= 0 \(got -1\)"):
+        LossWeights.from_params({"l2": -1})
+
+
+# ---------------------------------------------------------------------------------------------
+# Checkpoints
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", SMALL)
+def test_checkpoint_round_trip_is_bit_exact(tmp_path, name):
+    torch.manual_seed(3)
+    model = GoNet(SIZES[name])
+    # Move the batch-norm statistics off their defaults.
+    model.train()
+    model(*inputs(4, 9))
+    model.eval()
+    path = checkpoint.save(model, tmp_path / "net.pt", meta={"generation": 3})
+    loaded, meta = checkpoint.load(path, expect=SIZES[name])
+    assert meta == {"generation": 3}
+    for (k1, v1), (k2, v2) in zip(
+        model.state_dict().items(), loaded.state_dict().items(), strict=True
+    ):
+        assert k1 == k2 and torch.equal(v1, v2), k1
+    planes, glob = inputs(2, 9, seed=5)
+    with torch.no_grad():
+        a, b = model(planes, glob), loaded(planes, glob)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_malformed_checkpoints_are_refused(tmp_path):
+    model = GoNet(SIZES["b2c16"])
+    good = checkpoint.save(model, tmp_path / "good.pt")
+    truncated = tmp_path / "truncated.pt"
+    truncated.write_bytes(good.read_bytes()[:200])
+    with pytest.raises(checkpoint.CheckpointError, match="truncated.pt cannot be read"):
+        checkpoint.load(truncated)
+    garbage = tmp_path / "garbage.pt"
+    garbage.write_bytes(b"not a checkpoint at all")
+    with pytest.raises(checkpoint.CheckpointError, match="cannot be read"):
+        checkpoint.load(garbage)
+    foreign = tmp_path / "foreign.pt"
+    torch.save({"weights": torch.zeros(3)}, foreign)
+    with pytest.raises(checkpoint.CheckpointError, match="is not a tengen-net-1 file"):
+        checkpoint.load(foreign)
+    with pytest.raises(checkpoint.CheckpointError, match="holds net b2c16, not b4c32"):
+        checkpoint.load(good, expect=SIZES["b4c32"])
+    with pytest.raises(checkpoint.CheckpointError, match="does not exist"):
+        checkpoint.load(tmp_path / "missing.pt")
+    # A file that would run code when unpickled is refused (weights_only=True).
+    evil = tmp_path / "evil.pt"
+    torch.save({"format": "tengen-net-1", "payload": fractions.Fraction(1, 3)}, evil)
+    with pytest.raises(checkpoint.CheckpointError, match="cannot be read"):
+        checkpoint.load(evil)
+    # Weights that do not fit the config.
+    bad = torch.load(good, weights_only=True)
+    bad["state_dict"].pop("stem.weight")
+    torch.save(bad, tmp_path / "bad.pt")
+    with pytest.raises(checkpoint.CheckpointError, match="weights do not fit b2c16"):
+        checkpoint.load(tmp_path / "bad.pt")
+
+
+def test_export_to_torchscript_and_onnx(tmp_path):
+    torch.manual_seed(0)
+    model = GoNet(SIZES["b2c16"]).eval()
+    planes, glob = inputs(3, 9)
+    with torch.no_grad():
+        expected = model(planes, glob)
+    scripted = torch.jit.load(str(checkpoint.export_torchscript(model, tmp_path / "net.ts", 9)))
+    with torch.no_grad():
+        got = scripted(planes, glob)
+    for name, value in zip(checkpoint._Exported.OUTPUTS, got, strict=True):
+        assert torch.allclose(expected[name], value, atol=1e-5), name
+    onnx = pytest.importorskip("onnx")
+    path = checkpoint.export_onnx(model, tmp_path / "net.onnx", 9)
+    graph = onnx.load(str(path))
+    onnx.checker.check_model(graph)
+    assert [i.name for i in graph.graph.input] == ["planes", "globals"]
+
+
+def test_net_config_names_and_dicts():
+    assert net_config("b6c96").channels == 96
+    with pytest.raises(ValueError, match="unknown net 'b7c7'"):
+        net_config("b7c7")
+    config = SIZES["b10c128"]
+    assert NetConfig.from_dict(config.as_dict()) == config
+    with pytest.raises(ValueError, match="unknown net config keys"):
+        NetConfig.from_dict({**config.as_dict(), "dropout": 0.1})
+
+
+# ---------------------------------------------------------------------------------------------
+# The evaluator
+# ---------------------------------------------------------------------------------------------
+
+
+def test_transform_and_untransform_are_inverse():
+    x = torch.arange(2 * 5 * 5).reshape(2, 5, 5)
+    images = {tuple(transform(x, s).flatten().tolist()) for s in range(8)}
+    assert len(images) == 8
+    for s in range(8):
+        assert torch.equal(untransform(transform(x, s), s), x)
+
+
+def test_evaluator_masks_illegal_moves_and_maps_symmetries_back():
+    torch.manual_seed(0)
+    model = GoNet(SIZES["b2c16"]).eval()
+    evaluate = Evaluator(model)
+    planes, glob = inputs(8, 7)
+    legal = np.ones((8, 50), np.bool_)
+    legal[:, 10:20] = False
+    out = evaluate(planes.numpy(), glob.numpy(), legal=legal, symmetry=np.arange(8))
+    assert isinstance(out["policy"], np.ndarray)
+    assert np.allclose(out["policy"].sum(1), 1) and (out["policy"][:, 10:20] == 0).all()
+    assert np.allclose(out["value"].sum(1), 1)
+    # Evaluating a transformed board without a symmetry, then mapping back, is what the
+    # evaluator does with that symmetry.
+    for s in range(8):
+        moved = transform(planes, s)
+        plain = evaluate(moved, glob, symmetry=0)
+        board = plain["policy"][:, :-1].reshape(8, 7, 7)
+        with_sym = evaluate(planes, glob, symmetry=s)
+        assert torch.allclose(untransform(board, s).reshape(8, 49), with_sym["policy"][:, :-1])
+        assert torch.allclose(untransform(plain["ownership"], s), with_sym["ownership"])
+    random = evaluate(planes, glob, symmetry="random", rng=np.random.default_rng(1))
+    assert random["policy"].shape == (8, 50)
+
+
+def test_evaluator_refuses_half_precision_on_the_cpu():
+    with pytest.raises(ValueError, match="needs a CUDA device"):
+        Evaluator(GoNet(SIZES["b2c16"]), dtype="bfloat16")
+
+
+# ---------------------------------------------------------------------------------------------
+# The command line
+# ---------------------------------------------------------------------------------------------
+
+
+def test_nets_describe_lists_every_size():
+    result = run_cli("nets", "describe", "--json")
+    assert result.returncode == 0, result.stderr
+    rows = {r["net"]: r for r in json.loads(result.stdout)}
+    assert set(rows) == set(SIZES)
+    assert rows["b6c96"]["parameters"] == sum(p.numel() for p in GoNet(SIZES["b6c96"]).parameters())
+    assert rows["b20c256"]["parameters"] > rows["b15c192"]["parameters"] > 1_000_000
+
+
+def test_bench_nets_json_shape():
+    result = run_cli(
+        "bench",
+        "nets",
+        "--json",
+        "--nets",
+        "b2c16,mobile-b4c32",
+        "--sizes",
+        "5",
+        "--batches",
+        "2",
+        "--seconds",
+        "0.01",
+    )
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(result.stdout)
+    assert [r["net"] for r in rows] == ["b2c16", "mobile-b4c32"]
+    for r in rows:
+        assert {
+            "net",
+            "board",
+            "batch",
+            "device",
+            "evals_per_s",
+            "train_samples_per_s",
+            "gflop_per_eval",
+        } <= set(r)
+        assert r["evals_per_s"] > 0 and r["train_samples_per_s"] > 0 and r["gflop_per_eval"] > 0
+    bad = run_cli("bench", "nets", "--nets", "b9c9")
+    assert bad.returncode != 0 and "unknown nets ['b9c9']" in bad.stderr
+    assert "Traceback" not in bad.stderr
+
+
+def test_params_yaml_loss_section_gives_the_paper_weights():
+    import yaml
+
+    from tests.conftest import REPO
+
+    section = yaml.safe_load((REPO / "params.yaml").read_text())["loss"]
+    assert LossWeights.from_params(section) == LossWeights()
