@@ -143,10 +143,10 @@ def _encode_entry(b, w, symmetry, planes, glob):
 
 
 @_entry
-def _policy_entry(b, symmetry, policy, out):
+def _policy_entry(b, symmetry, policy, tensor, out):
     g = cuda.grid(1)
     if g < b.size.shape[0]:
-        policy_to_points(b, g, symmetry[g], policy[g], out[g])
+        policy_to_points(b, g, symmetry[g], policy[g], tensor, out[g])
 
 
 @_entry
@@ -212,8 +212,8 @@ def new_boards(games: int, size, rules=None, *, layout=None, max_moves=None) -> 
     return to_device(board.new_boards(games, size, rules, layout=layout, max_moves=max_moves))
 
 
-def new_work(b: Boards) -> FeatureWork:
-    return to_device(features.new_work(_host_shell(b)))
+def new_work(b: Boards, *, ladder_nodes: int = features.LADDER_MAX_NODES) -> FeatureWork:
+    return to_device(features.new_work(_host_shell(b), ladder_nodes=ladder_nodes))
 
 
 def _host_shell(b: Boards) -> Boards:
@@ -243,6 +243,7 @@ def encode_all(b: Boards, work: FeatureWork, planes, glob, symmetry=None) -> Non
     """As features.encode_all, into device buffers (numba device arrays, or anything with
     __cuda_array_interface__ such as a torch CUDA tensor)."""
     sizes = _host(b.size)
+    features.check_work(b.color.shape, b.stride, work)
     features.check_buffers(b.games, int(sizes.max()), planes.shape, glob.shape)
     symmetry = features.check_symmetries(None if symmetry is None else _host(symmetry), b.games)
     _launch(
@@ -262,9 +263,13 @@ def play_out_all(b: Boards, rng, avoid_own_eyes: bool) -> None:
 
 
 def policy_all(b: Boards, policy, symmetry=None):
+    """As features.policy_all; the policy may be numpy (copied over) or on the device."""
+    tensor = features.check_policy(b.games, int(_host(b.size).max()), policy.shape)
     symmetry = features.check_symmetries(None if symmetry is None else _host(symmetry), b.games)
     out = cuda.device_array(b.color.shape, np.float32)
-    _launch(_policy_entry, b.games, b, cuda.to_device(symmetry), _as_device(policy), out)
+    if isinstance(policy, np.ndarray):
+        policy = cuda.to_device(np.ascontiguousarray(policy, dtype=np.float32))
+    _launch(_policy_entry, b.games, b, cuda.to_device(symmetry), _as_device(policy), tensor, out)
     return out
 
 
@@ -300,7 +305,7 @@ def compile_ptx(cc: tuple[int, int] = (9, 0)) -> dict[str, int]:
         "play": (b, i64, np.zeros(2, np.int32)),
         "legal": (b, np.zeros(b.color.shape, np.bool_)),
         "encode": (b, w, i64, planes, glob),
-        "policy": (b, i64, policy, np.zeros(b.color.shape, np.float32)),
+        "policy": (b, i64, policy, 9, np.zeros(b.color.shape, np.float32)),
         "play_out": (b, playout.new_rng(2, 0), True),
     }
     # numba-cuda asks the current GPU for its compute capability when it compiles a device

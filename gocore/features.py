@@ -131,10 +131,12 @@ class FeatureWork(NamedTuple):
     alive: np.ndarray  # [G, A] int8 at a head: still alive in Benson's iteration
     vital_count: np.ndarray  # [G, A] int16 at a head: vital regions counted this round
     area: np.ndarray  # [G, A] int8 pass-alive area bits AREA_BLACK | AREA_WHITE
+    ladder_nodes: int  # node budget of one ladder search
 
 
-def new_work(b: Boards) -> FeatureWork:
-    """The encoder's work space for batch `b` (about 20 KB a game on 19x19)."""
+def new_work(b: Boards, *, ladder_nodes: int = LADDER_MAX_NODES) -> FeatureWork:
+    """The encoder's work space for batch `b` (about 20 KB a game on 19x19); reusable for any
+    batch of the same shape."""
     games, area = b.color.shape
     depth = LADDER_MAX_DEPTH
     return FeatureWork(
@@ -161,6 +163,7 @@ def new_work(b: Boards) -> FeatureWork:
         alive=np.zeros((games, area), np.int8),
         vital_count=np.zeros((games, area), np.int16),
         area=np.zeros((games, area), np.int8),
+        ladder_nodes=ladder_nodes,
     )
 
 
@@ -384,17 +387,19 @@ def _ladder_captured(w, g, stride, target, log_start):
     while True:
         if depth < 0:
             return result
-        if nodes >= LADDER_MAX_NODES or depth >= LADDER_MAX_DEPTH - 1:
-            # Out of budget: undo everything and call it an escape.
-            for d in range(depth - 1, -1, -1):
-                mover = defender if d % 2 == 0 else attacker
-                move = np.int64(node_moves[d, node_next[d]])
-                _reader_undo(color, captured, move, mover, node_captured[d], node_captured[d + 1])
-            return False
         is_defender = depth % 2 == 0
         mover = defender if is_defender else attacker
         if node_next[depth] == -1:
             nodes += 1
+            if nodes > w.ladder_nodes or depth >= LADDER_MAX_DEPTH - 1:
+                # Out of budget: take back the moves of depths 0..depth-1 (all that are on the
+                # board when a node is entered) and call it an escape.
+                for d in range(depth - 1, -1, -1):
+                    d_mover = defender if d % 2 == 0 else attacker
+                    move = np.int64(node_moves[d, node_next[d]])
+                    start, stop = node_captured[d], node_captured[d + 1]
+                    _reader_undo(color, captured, move, d_mover, start, stop)
+                return False
             libs, lib0, lib1 = _chain_liberties(color, mark, fill, stride, target, 3)
             if is_defender:
                 if libs >= 2 or ko != NO_POINT:
@@ -717,8 +722,11 @@ def encode(b, g, w, sym, planes, glob):
     past = w.past
     replay_position(b, g, past, g, max(m - 2, 0))
     _ladder_planes(past, g, w, planes, LADDERED + 2, n, sym, EMPTY, w.area[g])
-    if m >= 2 and b.moves[g, m - 2] != PASS:
-        place_stone(past, g, b.moves[g, m - 2], b.move_colors[g, m - 2])
+    if m >= 2:
+        if b.moves[g, m - 2] != PASS:
+            place_stone(past, g, b.moves[g, m - 2], b.move_colors[g, m - 2])
+        else:
+            past.ko_point[g] = NO_POINT  # a pass lifts the ko ban
     _ladder_planes(past, g, w, planes, LADDERED + 1, n, sym, EMPTY, w.area[g])
 
     for p in range(n_points):
@@ -747,14 +755,11 @@ def encode(b, g, w, sym, planes, glob):
 
 
 @routine
-def policy_to_points(b, g, sym, policy, out):
+def policy_to_points(b, g, sym, policy, t, out):
     """Map a policy over the symmetric tensor (policy[y * T + x], policy[T * T] = pass) back to
     game g's points: out[p] for each point p of its board, out[PASS] for the pass."""
     stride = b.stride
     n = b.size[g]
-    t = 0  # the tensor width: policy has t * t + 1 entries
-    while (t + 1) * (t + 1) < policy.shape[0]:
-        t += 1
     for p in range(out.shape[0]):
         out[p] = 0.0
     for y in range(n):
@@ -776,9 +781,9 @@ def _encode_range(b, w, symmetry, planes, glob, start, stop):
 
 
 @driver
-def _policy_range(b, symmetry, policy, out, start, stop):
+def _policy_range(b, symmetry, policy, tensor, out, start, stop):
     for g in range(start, stop):
-        policy_to_points(b, g, symmetry[g], policy[g], out[g])
+        policy_to_points(b, g, symmetry[g], policy[g], tensor, out[g])
 
 
 @driver
@@ -812,6 +817,7 @@ def encode_all(
     """Encode every game of `b` into the caller's float32 buffers planes [G, 18, T, T] and
     glob [G, 10] (T >= the largest board), game g under symmetry[g] (default: identity)."""
     games = b.games
+    check_work(b.color.shape, b.stride, work)
     check_buffers(games, int(b.size.max()), planes.shape, glob.shape)
     symmetry = check_symmetries(symmetry, games)
     over_games(_encode_range, games, b, work, symmetry, planes, glob, threads=threads)
@@ -820,6 +826,7 @@ def encode_all(
 def policy_all(b: Boards, policy: np.ndarray, symmetry: np.ndarray | None = None) -> np.ndarray:
     """[G, A] float32: each game's policy ([G, T * T + 1] over its symmetric tensor) mapped back
     to its padded points, pass at PASS."""
+    tensor = check_policy(b.games, int(b.size.max()), policy.shape)
     out = np.zeros(b.color.shape, np.float32)
     over_games(
         _policy_range,
@@ -827,6 +834,7 @@ def policy_all(b: Boards, policy: np.ndarray, symmetry: np.ndarray | None = None
         b,
         check_symmetries(symmetry, b.games),
         np.ascontiguousarray(policy, dtype=np.float32),
+        tensor,
         out,
     )
     return out
@@ -836,6 +844,7 @@ def ladders_all(b: Boards, work: FeatureWork | None = None) -> tuple[np.ndarray,
     """([G, A] int8 laddered stones, [G, A] int8 moves catching an opponent of the player to
     move in a ladder) for every game of `b`."""
     work = new_work(b) if work is None else work
+    check_work(b.color.shape, b.stride, work)
     catches = np.zeros(b.color.shape, np.int8)
     over_games(_ladders_range, b.games, b, work, catches)
     return work.laddered.copy(), catches
@@ -844,8 +853,29 @@ def ladders_all(b: Boards, work: FeatureWork | None = None) -> tuple[np.ndarray,
 def pass_alive_all(b: Boards, work: FeatureWork | None = None) -> np.ndarray:
     """[G, A] int8 pass-alive area: AREA_BLACK, AREA_WHITE bits (0 elsewhere)."""
     work = new_work(b) if work is None else work
+    check_work(b.color.shape, b.stride, work)
     over_games(_pass_alive_range, b.games, b, work)
     return work.area.copy()
+
+
+def check_work(board_shape, stride: int, work: FeatureWork) -> None:
+    """Refuse a work space made for a batch of another shape (the kernels do not check bounds)."""
+    if tuple(work.color.shape) != tuple(board_shape) or work.past.stride != stride:
+        raise ValueError(
+            f"work space of shape {tuple(work.color.shape)} (stride {work.past.stride}) does not "
+            f"fit boards of shape {tuple(board_shape)} (stride {stride}): make it with new_work"
+        )
+
+
+def check_policy(games: int, largest: int, policy_shape) -> int:
+    """The tensor width T of a policy [games, T * T + 1]; refuses any other shape."""
+    policy_shape = tuple(policy_shape)
+    t = int(round((policy_shape[-1] - 1) ** 0.5)) if policy_shape and policy_shape[-1] > 0 else 0
+    if len(policy_shape) != 2 or policy_shape[0] != games or t * t + 1 != policy_shape[1]:
+        raise ValueError(f"policy must be [{games}, T * T + 1] (got {policy_shape})")
+    if t < largest:
+        raise ValueError(f"a policy over {t}x{t} cannot hold a {largest}x{largest} board")
+    return t
 
 
 def check_buffers(games: int, largest: int, planes_shape, glob_shape) -> None:

@@ -316,6 +316,39 @@ def test_ladders_on_hand_built_positions(diagram, to_move, laddered, catches):
     )
 
 
+def test_a_search_out_of_budget_leaves_the_board_as_it_was():
+    # The long 19x19 ladder needs a few dozen nodes; every smaller budget stops it somewhere
+    # else, and each time the reader's board must be the real board again.
+    game = game_from_diagram(_big_net(), to_move=WHITE)
+    k9 = point(game.b.stride, *parse_vertex("K9", 19))
+    results = []
+    for budget in range(1, 80):
+        work = F.new_work(game.b, ladder_nodes=budget)
+        laddered, _ = F.ladders_all(game.b, work)
+        assert np.array_equal(work.color, game.b.color), budget
+        results.append(bool(laddered[0, k9]))
+    assert not results[0] and results[-1]  # too small a budget reads as an escape
+
+
+def test_work_space_and_policy_shapes_are_checked():
+    b9, b19 = new_boards(2, 9), new_boards(2, 19)
+    with pytest.raises(ValueError, match="does not fit boards of shape"):
+        F.ladders_all(b19, F.new_work(b9))
+    with pytest.raises(ValueError, match="does not fit boards of shape"):
+        F.encode_all(
+            b19,
+            F.new_work(new_boards(1, 19)),
+            np.zeros((2, 18, 19, 19), np.float32),
+            np.zeros((2, 10), np.float32),
+        )
+    with pytest.raises(ValueError, match=r"policy must be \[2, T \* T \+ 1\]"):
+        F.policy_all(b9, np.zeros((2, 80), np.float32))
+    with pytest.raises(ValueError, match=r"policy must be \[2, T \* T \+ 1\]"):
+        F.policy_all(b9, np.zeros((1, 82), np.float32))
+    with pytest.raises(ValueError, match="a policy over 7x7 cannot hold a 9x9 board"):
+        F.policy_all(b9, np.zeros((2, 50), np.float32))
+
+
 def test_ladder_planes_of_earlier_positions():
     # Black ataris and White extends, still laddered; then White places a ladder breaker.
     game = game_from_diagram(_board(_with(NET, y5=". . . . . X . . .")), to_move=BLACK)
