@@ -167,6 +167,8 @@ ENTRIES = {
 
 
 def _launch(entry, games: int, *args) -> None:
+    if games == 0:
+        return  # a grid of no blocks is an error to numba-cuda
     blocks = (games + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK
     entry()[blocks, THREADS_PER_BLOCK](*args)
 
