@@ -208,7 +208,7 @@ def nets_describe(
     )
     for r in rows:
         pools = ",".join(map(str, r["pool_blocks"])) or "-"
-        heads = f"{r['policy_channels']}/{r['value_channels']}/{r['value_hidden']}"
+        heads = f"{r['policy_channels'] or '-'}/{r['value_channels'] or '-'}/{r['value_hidden']}"
         print(
             f"{r['net']:>15} {r['kind']:>6} {r['blocks']:>6} {r['channels']:>4} {pools:>15} "
             f"{r['pool_channels'] or '-':>6} {heads:>13} {r['parameters']:>11,} "

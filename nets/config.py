@@ -75,14 +75,16 @@ def _resnet(blocks, channels, pool_blocks, pool, head, val, valfc) -> NetConfig:
     )
 
 
-def _mobile(blocks, channels, head, val, valfc) -> NetConfig:
+def _mobile(blocks, channels, valfc) -> NetConfig:
+    # Polygames' heads have no head channels of their own: policy_channels and value_channels
+    # are unused (0).
     return NetConfig(
         name=f"mobile-b{blocks}c{channels}",
         kind="mobile",
         blocks=blocks,
         channels=channels,
-        policy_channels=head,
-        value_channels=val,
+        policy_channels=0,
+        value_channels=0,
         value_hidden=valfc,
     )
 
@@ -100,9 +102,9 @@ SIZES: dict[str, NetConfig] = {
         _resnet(15, 192, (3, 7, 11), 64, 32, 32, 80),
         _resnet(20, 256, (4, 9, 14), 64, 48, 48, 96),
         # Cazenave's MobileNetV2 + squeeze-and-excitation trunk.
-        _mobile(4, 32, 16, 16, 32),
-        _mobile(8, 64, 32, 32, 48),
-        _mobile(16, 96, 32, 32, 64),
+        _mobile(4, 32, 32),
+        _mobile(8, 64, 48),
+        _mobile(16, 96, 64),
     ]
 }
 

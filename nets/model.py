@@ -226,6 +226,47 @@ class ValueHead(nn.Module):
         }
 
 
+class ConvPolicyHead(nn.Module):
+    """Polygames' fully convolutional policy head: a 1x1 convolution of the trunk to the two
+    move maps; the two pass logits from the trunk's average."""
+
+    def __init__(self, c: int):
+        super().__init__()
+        self.conv_out = nn.Conv2d(c, 2, 1)
+        self.pass_out = nn.Linear(c, 2)
+
+    def forward(self, x: torch.Tensor, board: Board) -> tuple[torch.Tensor, torch.Tensor]:
+        maps = self.conv_out(x) + (1.0 - board.mask) * OFF_BOARD_LOGIT  # (B, 2, H, W)
+        mean = x.sum(dim=(2, 3)) / board.area  # (B, c)
+        return maps.flatten(2), self.pass_out(mean)
+
+
+class AveragePoolValueHead(nn.Module):
+    """Polygames' value head: global average pooling of the trunk, a hidden layer, then the
+    outcome, score and score belief; ownership by a 1x1 convolution."""
+
+    def __init__(self, c: int, config: NetConfig):
+        super().__init__()
+        hidden = config.value_hidden
+        self.hidden = nn.Linear(c, hidden)
+        self.outcome = nn.Linear(hidden, 3)
+        self.score = nn.Linear(hidden, 2)
+        self.ownership = nn.Conv2d(c, 1, 1)
+        self.score_belief = ScoreBelief(c, hidden, config)
+
+    def forward(self, x: torch.Tensor, board: Board) -> dict[str, torch.Tensor]:
+        mean = x.sum(dim=(2, 3)) / board.area  # (B, c)
+        h = F.relu(self.hidden(mean))
+        score = self.score(h)
+        return {
+            "outcome": self.outcome(h),
+            "score_mean": score[:, 0] * 20.0,
+            "score_stdev": F.softplus(score[:, 1]) * 20.0,
+            "ownership": torch.tanh(self.ownership(x)).squeeze(1) * board.mask[:, 0],
+            "score_belief": self.score_belief(mean),
+        }
+
+
 class GoNet(nn.Module):
     """The whole network for one NetConfig (resnet or mobile)."""
 
@@ -245,8 +286,12 @@ class GoNet(nn.Module):
                 blocks.append(ResBlock(c))
         self.blocks = nn.ModuleList(blocks)
         self.trunk_norm = MaskedBatchNorm(c)
-        self.policy = PolicyHead(c, config.policy_channels)
-        self.value = ValueHead(c, config)
+        if config.kind == "mobile":
+            self.policy = ConvPolicyHead(c)
+            self.value = AveragePoolValueHead(c, config)
+        else:
+            self.policy = PolicyHead(c, config.policy_channels)
+            self.value = ValueHead(c, config)
 
     def forward(self, planes: torch.Tensor, glob: torch.Tensor) -> dict[str, torch.Tensor]:
         board = Board(planes)
