@@ -111,6 +111,7 @@ play = board.play
 legal_row = board.legal_row
 encode = features.encode
 policy_to_points = features.policy_to_points
+legal_to_tensor = features.legal_to_tensor
 play_out = playout.play_out
 
 
@@ -150,6 +151,13 @@ def _policy_entry(b, symmetry, policy, tensor, out):
 
 
 @_entry
+def _legal_tensor_entry(b, symmetry, tensor, out):
+    g = cuda.grid(1)
+    if g < b.size.shape[0]:
+        legal_to_tensor(b, g, symmetry[g], tensor, out[g])
+
+
+@_entry
 def _play_out_entry(b, rng, avoid_own_eyes):
     g = cuda.grid(1)
     if g < b.size.shape[0]:
@@ -163,6 +171,7 @@ ENTRIES = {
     "encode": _encode_entry,
     "policy": _policy_entry,
     "play_out": _play_out_entry,
+    "legal_tensor": _legal_tensor_entry,
 }
 
 
@@ -259,6 +268,17 @@ def encode_all(b: Boards, work: FeatureWork, planes, glob, symmetry=None) -> Non
     )
 
 
+def legal_tensor_all(b: Boards, tensor: int, symmetry=None):
+    """As features.legal_tensor_all, on the device."""
+    largest = int(_host(b.size).max())
+    if tensor < largest:
+        raise ValueError(f"a {tensor}x{tensor} tensor cannot hold a {largest} board")
+    symmetry = features.check_symmetries(None if symmetry is None else _host(symmetry), b.games)
+    out = cuda.device_array((b.games, tensor * tensor + 1), np.bool_)
+    _launch(_legal_tensor_entry, b.games, b, cuda.to_device(symmetry), tensor, out)
+    return out
+
+
 def play_out_all(b: Boards, rng, avoid_own_eyes: bool) -> None:
     """Random playouts to the end in every game (rng: [G] uint64 state, e.g. on the device)."""
     _launch(_play_out_entry, b.games, b, _on_device(rng, np.uint64), avoid_own_eyes)
@@ -309,6 +329,7 @@ def compile_ptx(cc: tuple[int, int] = (9, 0)) -> dict[str, int]:
         "encode": (b, w, i64, planes, glob),
         "policy": (b, i64, policy, 9, np.zeros(b.color.shape, np.float32)),
         "play_out": (b, playout.new_rng(2, 0), True),
+        "legal_tensor": (b, i64, 9, np.zeros((2, 82), np.bool_)),
     }
     # numba-cuda asks the current GPU for its compute capability when it compiles a device
     # function; with no GPU, answer with the target's.

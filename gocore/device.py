@@ -27,6 +27,7 @@ class Backend:
     new_work: Callable  # (b) -> FeatureWork
     encode_all: Callable  # (b, work, planes[G, 18, T, T], glob[G, 10], symmetry=None) -> None
     policy_all: Callable  # (b, policy[G, T*T + 1], symmetry=None) -> [G, A] float32
+    legal_tensor_all: Callable  # (b, T, symmetry=None) -> [G, T*T + 1] bool policy mask
     zeros: Callable  # (shape, dtype) -> array on this device
     to_numpy: Callable  # (array) -> np.ndarray
 
@@ -44,6 +45,7 @@ def _cpu() -> Backend:
         new_work=features.new_work,
         encode_all=features.encode_all,
         policy_all=features.policy_all,
+        legal_tensor_all=features.legal_tensor_all,
         zeros=np.zeros,
         to_numpy=np.asarray,
     )
@@ -78,6 +80,7 @@ def _cuda() -> Backend:
         new_work=gpu.new_work,
         encode_all=gpu.encode_all,
         policy_all=gpu.policy_all,
+        legal_tensor_all=gpu.legal_tensor_all,
         zeros=zeros,
         to_numpy=to_numpy,
     )

@@ -47,6 +47,7 @@ from gocore.board import (
     EMPTY,
     ILLEGAL_KO,
     ILLEGAL_SUPERKO,
+    LEGAL,
     NO_POINT,
     PASS,
     WALL,
@@ -769,6 +770,24 @@ def policy_to_points(b, g, sym, policy, t, out):
     out[PASS] = policy[t * t]
 
 
+@routine
+def legal_to_tensor(b, g, sym, t, out):
+    """out[y * t + x] = whether game g's player to move may play the point that symmetry `sym`
+    moves to (x, y); out[t * t] = whether it may pass. The mask of a policy over the tensor."""
+    stride = b.stride
+    n = b.size[g]
+    c = b.to_move[g]
+    for i in range(out.shape[0]):
+        out[i] = False
+    for y in range(n):
+        for x in range(n):
+            p = (y + 1) * stride + x + 1
+            if b.color[g, p] == EMPTY and legality(b, g, p, c) == LEGAL:
+                sx, sy = symmetric_xy(x, y, n, sym)
+                out[sy * t + sx] = True
+    out[t * t] = legality(b, g, PASS, c) == LEGAL
+
+
 # ---------------------------------------------------------------------------------------------
 # Batched drivers and the Python API
 # ---------------------------------------------------------------------------------------------
@@ -784,6 +803,12 @@ def _encode_range(b, w, symmetry, planes, glob, start, stop):
 def _policy_range(b, symmetry, policy, tensor, out, start, stop):
     for g in range(start, stop):
         policy_to_points(b, g, symmetry[g], policy[g], tensor, out[g])
+
+
+@driver
+def _legal_tensor_range(b, symmetry, tensor, out, start, stop):
+    for g in range(start, stop):
+        legal_to_tensor(b, g, symmetry[g], tensor, out[g])
 
 
 @driver
@@ -837,6 +862,16 @@ def policy_all(b: Boards, policy: np.ndarray, symmetry: np.ndarray | None = None
         tensor,
         out,
     )
+    return out
+
+
+def legal_tensor_all(b: Boards, tensor: int, symmetry: np.ndarray | None = None) -> np.ndarray:
+    """[G, T * T + 1] bool: the legal moves of each game's player to move on the symmetric
+    tensor the encoder wrote (pass last): the mask for the network's policy."""
+    if tensor < int(b.size.max()):
+        raise ValueError(f"a {tensor}x{tensor} tensor cannot hold a {int(b.size.max())} board")
+    out = np.zeros((b.games, tensor * tensor + 1), np.bool_)
+    over_games(_legal_tensor_range, b.games, b, check_symmetries(symmetry, b.games), tensor, out)
     return out
 
 

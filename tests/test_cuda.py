@@ -134,6 +134,13 @@ def test_policy_mapping_matches_the_cpu(gpu):
     assert np.array_equal(expected, got)
 
 
+def test_policy_mask_matches_the_cpu(gpu):
+    host, device = _play_both(gpu, 4, [7, 9, 9, 5], steps=15, seed=5)
+    symmetry = np.array([0, 3, 6, 7])
+    expected = F.legal_tensor_all(host, 9, symmetry)
+    assert np.array_equal(expected, gpu.to_numpy(gpu.legal_tensor_all(device, 9, symmetry)))
+
+
 def test_device_buffers_are_refused_as_numpy(gpu):
     device = gpu.new_boards(1, 5)
     with pytest.raises(TypeError, match="pass a device array"):

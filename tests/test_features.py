@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from gocore import features as F
-from gocore.board import BLACK, PASS, WHITE, new_boards, point, point_xy
+from gocore.board import BLACK, PASS, WHITE, legal_all, new_boards, point, point_xy
 from gocore.game import Game
 from gocore.gtp import format_vertex, parse_vertex
 from gocore.playout import new_rng
@@ -643,3 +643,20 @@ def test_a_ladder_that_needs_a_ko_is_not_counted():
     game = game_from_diagram(diagram.format(j6="X"), rules="chinese", to_move=WHITE)
     laddered, _ = F.ladders_all(game.b)
     assert laddered[0, point(game.b.stride, *j8)]
+
+
+def test_the_policy_mask_follows_the_symmetry():
+    game = _random_game(7, 25, 4)
+    gb_legal = legal_all(game.b)[0]
+    stride = game.b.stride
+    for sym in range(8):
+        legal = F.legal_tensor_all(game.b, 9, np.array([sym]))[0]
+        assert legal[-1] == gb_legal[PASS]
+        expected = np.zeros(82, np.bool_)
+        for p in np.flatnonzero(gb_legal):
+            if p == PASS:
+                continue
+            x, y = point_xy(stride, p)
+            sx, sy = F.symmetric_xy(x, y, 7, sym)
+            expected[sy * 9 + sx] = True
+        assert np.array_equal(legal[:-1], expected[:-1]), sym

@@ -374,3 +374,27 @@ def test_params_yaml_loss_section_gives_the_paper_weights():
 
     section = yaml.safe_load((REPO / "params.yaml").read_text())["loss"]
     assert LossWeights.from_params(section) == LossWeights()
+
+
+def test_gocore_features_into_the_evaluator_and_back_to_points():
+    """The path self-play will take: gocore encodes (under symmetries) and masks, the net
+    evaluates, gocore maps the policy back to board points."""
+    from gocore import board as gb
+    from gocore import features as gf
+
+    b = gb.new_boards(4, [9, 7, 9, 5], max_moves=80)
+    pick = np.random.default_rng(0)
+    for _ in range(12):
+        legal = gb.legal_all(b)
+        legal[:, gb.PASS] = False
+        gb.play_all(b, np.array([pick.choice(np.flatnonzero(row)) for row in legal]))
+    symmetry = np.array([0, 1, 5, 7])
+    planes = np.zeros((4, gf.N_PLANES, 9, 9), np.float32)
+    glob = np.zeros((4, gf.N_GLOBALS), np.float32)
+    gf.encode_all(b, gf.new_work(b), planes, glob, symmetry)
+    mask = gf.legal_tensor_all(b, 9, symmetry)
+    out = Evaluator(GoNet(SIZES["b2c16"]))(planes, glob, legal=mask)
+    points = gf.policy_all(b, out["policy"], symmetry)
+    legal = gb.legal_all(b)
+    assert np.allclose(points.sum(axis=1), 1.0, atol=1e-5)
+    assert (points[~legal] == 0).all() and (points[legal] > 0).all()
