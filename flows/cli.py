@@ -227,8 +227,8 @@ def bench_nets(
     batches: Annotated[str, typer.Option(help="Batch sizes, comma separated.")] = "64,256",
 ) -> None:
     """Forward evaluations and training samples per second per net, board and batch."""
+    from nets.bench import TABLE_HEADER, format_footer, format_row
     from nets.bench import bench_nets as run
-    from nets.bench import format_table
     from nets.config import SIZES
 
     names = list(SIZES) if nets == "all" else [n.strip() for n in nets.split(",")]
@@ -243,8 +243,14 @@ def bench_nets(
         raise typer.BadParameter(
             f"expected batches like 64,256 (got {batches!r})", param_hint="--batches"
         ) from None
-    rows = run(names, _sizes(sizes), batch_sizes, seconds)
-    print(json.dumps(rows) if as_json else format_table(rows))
+    rows = []
+    if not as_json:
+        print(TABLE_HEADER, flush=True)
+    for row in run(names, _sizes(sizes), batch_sizes, seconds):
+        rows.append(row)
+        if not as_json:
+            print(format_row(row), flush=True)
+    print(json.dumps(rows) if as_json else format_footer(rows))
 
 
 @bench_app.command("features")
