@@ -29,6 +29,7 @@ test: setup
 bench: setup
 	$(BIN)/tengen bench rules
 	$(BIN)/tengen bench features
+	$(BIN)/tengen bench nets
 
 lint: setup
 	$(BIN)/ruff check .

@@ -398,3 +398,16 @@ def test_gocore_features_into_the_evaluator_and_back_to_points():
     legal = gb.legal_all(b)
     assert np.allclose(points.sum(axis=1), 1.0, atol=1e-5)
     assert (points[~legal] == 0).all() and (points[legal] > 0).all()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_half_precision_on_the_gpu_agrees_with_float32():
+    torch.manual_seed(0)
+    model = GoNet(SIZES["b6c96"]).eval()
+    planes, glob = inputs(16, 19)
+    full = Evaluator(model, device="cuda")(planes.cuda(), glob.cuda())
+    for dtype in ("bfloat16", "float16"):
+        half = Evaluator(model, device="cuda", dtype=dtype)(planes.cuda(), glob.cuda())
+        assert torch.allclose(full["policy"], half["policy"], atol=2e-2), dtype
+        assert torch.allclose(full["value"], half["value"], atol=2e-2), dtype
