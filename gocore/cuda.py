@@ -87,18 +87,22 @@ def _is_twinned(value, twins: dict) -> bool:
         return False
 
 
+def _rebuilt_entry(fn):
+    """An entry point's function over this module's globals with the CUDA twins swapped in."""
+    twins, _ = _twins()
+    namespace = dict(globals())
+    for name, value in list(namespace.items()):
+        if _is_twinned(value, twins):
+            namespace[name] = twins[value]
+    return types.FunctionType(fn.__code__, namespace, fn.__name__)
+
+
 def _entry(fn):
     """Compile an entry point written over CPU kernel names as a CUDA kernel (lazily)."""
 
     @functools.cache
     def compiled():
-        twins, _ = _twins()
-        namespace = dict(globals())
-        for name, value in list(namespace.items()):
-            if _is_twinned(value, twins):
-                namespace[name] = twins[value]
-        rebuilt = types.FunctionType(fn.__code__, namespace, fn.__name__)
-        return cuda.jit(rebuilt)
+        return cuda.jit(_rebuilt_entry(fn))
 
     compiled.py_func = fn
     return compiled
@@ -336,17 +340,10 @@ def compile_ptx(cc: tuple[int, int] = (9, 0)) -> dict[str, int]:
     from numba.cuda import dispatcher as cuda_dispatcher
 
     cuda_dispatcher.get_current_device = lambda: types.SimpleNamespace(compute_capability=cc)
-    twins, _ = _twins()
     sizes = {}
     for name, entry in ENTRIES.items():
-        namespace = dict(globals())
-        for key, value in list(namespace.items()):
-            if _is_twinned(value, twins):
-                namespace[key] = twins[value]
-        fn = entry.py_func
-        rebuilt = types.FunctionType(fn.__code__, namespace, fn.__name__)
         signature = tuple(numba.typeof(arg) for arg in samples[name])
-        ptx, _ = cuda.compile_ptx(rebuilt, signature, cc=cc)
+        ptx, _ = cuda.compile_ptx(_rebuilt_entry(entry.py_func), signature, cc=cc)
         sizes[name] = len(ptx)
     return sizes
 
