@@ -1,0 +1,408 @@
+"""Batched MCTS as arrays: one preallocated tree per game, many games stepped in lockstep.
+
+The tree (mctx's layout, with compact edges): nodes and edges are integer indices into
+per-game arrays. A node is created when the search first walks an edge; its edges are created
+when it is expanded, one per legal move only, so memory grows with visits x legal moves.
+
+One step of the search, for every game at once (`select_all`, then the caller's network call,
+then `expand_and_backup_all`):
+1. select: from the root, follow the edge of highest PUCT value (first-play urgency for
+   unvisited edges; forced playouts at the root) until an edge with no node; create the node,
+   play the path's moves on the game's leaf board, add virtual loss along the path;
+2. the caller encodes the leaf boards (gocore.features) and evaluates them in one call;
+3. expand and back up: the leaf gets an edge per legal move with the network's prior, and its
+   value goes up the path, the sign flipping at every level, virtual loss removed.
+
+A node's `value_sum` is the sum of the utilities seen below it from the view of the player who
+moved into it (the player to move at its parent), so a parent maximises value_sum / visits.
+
+Root policy targets (`policy_targets`) apply KataGo's pruning: forced playouts are taken off
+every child but the most visited while its PUCT value stays below the best's; children left
+with one playout are dropped.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+
+from gocore.board import (
+    BLACK,
+    EMPTY,
+    LEGAL,
+    PASS,
+    Boards,
+    copy_game,
+    legality,
+    new_boards,
+    play_legal,
+    score,
+)
+from gocore.jit import driver, kernel, over_games, routine
+
+ROOT = 0
+UNVISITED = -1  # an edge with no node yet; a node with no edges yet (not expanded)
+
+
+class SearchParams(NamedTuple):
+    """The search's knobs (all numbers, so the kernels take them as one tuple)."""
+
+    c_puct: float = 1.1
+    puct_exponent: float = 0.5  # 0.5: AlphaZero's sqrt; Cazenave's generalized PUCT: 0.737
+    fpu_reduction: float = 0.2  # unvisited children: parent's value - this * sqrt(visited prior)
+    root_fpu_reduction: float = 0.0
+    forced_playouts_k: float = 2.0  # n_forced = sqrt(k * P * total visits); 0 turns them off
+    virtual_loss: float = 1.0
+
+
+DEFAULT_PARAMS = SearchParams()
+
+
+class Tree(NamedTuple):
+    """G trees of at most N nodes and E edges (shapes in the comments)."""
+
+    visits: np.ndarray  # [G, N] int32 completed visits
+    value_sum: np.ndarray  # [G, N] float32 utilities, from the view of the player moving into it
+    pending: np.ndarray  # [G, N] int32 virtual visits in flight
+    parent: np.ndarray  # [G, N] int32 parent node (-1 at the root)
+    first_edge: np.ndarray  # [G, N] int32 its edges' start, UNVISITED until expanded
+    num_edges: np.ndarray  # [G, N] int32
+    terminal: np.ndarray  # [G, N] int8 whether the game is over at this node
+    edge_move: np.ndarray  # [G, E] int16 the move (padded point or PASS)
+    edge_prior: np.ndarray  # [G, E] float32
+    edge_child: np.ndarray  # [G, E] int32 node index, UNVISITED if never walked
+    node_count: np.ndarray  # [G] int32
+    edge_count: np.ndarray  # [G] int32
+    leaf: np.ndarray  # [G, L] int32 the leaves selected this step (-1: none)
+    leaf_value: np.ndarray  # [G, L] float32 a terminal leaf's exact value (player to move)
+
+
+def new_tree(games: int, max_nodes: int, max_edges: int, leaves_per_game: int = 1) -> Tree:
+    tree = Tree(
+        visits=np.zeros((games, max_nodes), np.int32),
+        value_sum=np.zeros((games, max_nodes), np.float32),
+        pending=np.zeros((games, max_nodes), np.int32),
+        parent=np.zeros((games, max_nodes), np.int32),
+        first_edge=np.zeros((games, max_nodes), np.int32),
+        num_edges=np.zeros((games, max_nodes), np.int32),
+        terminal=np.zeros((games, max_nodes), np.int8),
+        edge_move=np.zeros((games, max_edges), np.int16),
+        edge_prior=np.zeros((games, max_edges), np.float32),
+        edge_child=np.zeros((games, max_edges), np.int32),
+        node_count=np.zeros(games, np.int32),
+        edge_count=np.zeros(games, np.int32),
+        leaf=np.full((games, leaves_per_game), -1, np.int32),
+        leaf_value=np.zeros((games, leaves_per_game), np.float32),
+    )
+    reset_all(tree)
+    return tree
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernels
+# ---------------------------------------------------------------------------------------------
+
+
+@kernel
+def reset_tree(t, g):
+    """An empty tree: the root only, not expanded."""
+    t.node_count[g] = 1
+    t.edge_count[g] = 0
+    t.visits[g, ROOT] = 0
+    t.value_sum[g, ROOT] = 0.0
+    t.pending[g, ROOT] = 0
+    t.parent[g, ROOT] = -1
+    t.first_edge[g, ROOT] = UNVISITED
+    t.num_edges[g, ROOT] = 0
+    t.terminal[g, ROOT] = 0
+
+
+@kernel
+def _new_node(t, g, parent):
+    n = t.node_count[g]
+    if n >= t.visits.shape[1]:
+        return -1  # the tree is full
+    t.node_count[g] = n + 1
+    t.visits[g, n] = 0
+    t.value_sum[g, n] = 0.0
+    t.pending[g, n] = 0
+    t.parent[g, n] = parent
+    t.first_edge[g, n] = UNVISITED
+    t.num_edges[g, n] = 0
+    t.terminal[g, n] = 0
+    return n
+
+
+@kernel
+def node_q(t, g, n, virtual_loss):
+    """Mean utility of node n for the player moving into it, counting visits in flight as
+    losses."""
+    visits = t.visits[g, n] + t.pending[g, n]
+    if visits == 0:
+        return 0.0
+    return (t.value_sum[g, n] - virtual_loss * t.pending[g, n]) / visits
+
+
+@routine
+def select_edge(t, g, n, params, is_root, total_root_visits):
+    """The edge of node n with the highest PUCT value (forced playouts first at the root)."""
+    start = t.first_edge[g, n]
+    count = t.num_edges[g, n]
+    parent_visits = t.visits[g, n] + t.pending[g, n]
+    # First-play urgency: unvisited children are valued at the parent's value, reduced by the
+    # square root of the prior already explored.
+    visited_prior = 0.0
+    for e in range(start, start + count):
+        child = t.edge_child[g, e]
+        if child >= 0 and t.visits[g, child] + t.pending[g, child] > 0:
+            visited_prior += t.edge_prior[g, e]
+    # The parent's value for the player to move at n is minus n's own value.
+    parent_q = -node_q(t, g, n, params.virtual_loss) if parent_visits > 0 else 0.0
+    reduction = params.root_fpu_reduction if is_root else params.fpu_reduction
+    fpu = parent_q - reduction * math.sqrt(visited_prior)
+    explore = params.c_puct * max(float(parent_visits), 1.0) ** params.puct_exponent
+    best = start
+    best_score = -1e30
+    for e in range(start, start + count):
+        child = t.edge_child[g, e]
+        child_visits = 0
+        q = fpu
+        if child >= 0:
+            child_visits = t.visits[g, child] + t.pending[g, child]
+            if child_visits > 0:
+                q = node_q(t, g, child, params.virtual_loss)
+        prior = t.edge_prior[g, e]
+        if is_root and params.forced_playouts_k > 0.0:
+            forced = math.sqrt(params.forced_playouts_k * prior * total_root_visits)
+            if child_visits < forced:
+                # Forced playout: this child has had fewer visits than its noise-given prior
+                # demands; it outranks every unforced one.
+                score = 1e20 + prior
+                if score > best_score:
+                    best_score = score
+                    best = e
+                continue
+        score = q + explore * prior / (1.0 + child_visits)
+        if score > best_score:
+            best_score = score
+            best = e
+    return best
+
+
+@kernel
+def _undo_pending(t, g, n):
+    while n >= 0:
+        t.pending[g, n] -= 1
+        n = t.parent[g, n]
+
+
+@routine
+def select_leaf(t, g, root_board, gb, leaves, lg, params):
+    """Walk from the root to a new leaf, playing the path on `leaves` slot lg (a copy of the
+    root board); returns the leaf's node index, or -1 if the tree is full. Adds a virtual
+    visit to every node on the path. A terminal node reached again is its own leaf."""
+    copy_game(root_board, gb, leaves, lg)
+    n = ROOT
+    t.pending[g, n] += 1
+    total = t.visits[g, ROOT]
+    while True:
+        if t.terminal[g, n] or t.first_edge[g, n] == UNVISITED:
+            return n  # a terminal node, or one selected by another leaf this step
+        e = select_edge(t, g, n, params, n == ROOT, total)
+        move = t.edge_move[g, e]
+        play_legal(leaves, lg, move, leaves.to_move[lg])
+        child = t.edge_child[g, e]
+        if child < 0:
+            child = _new_node(t, g, n)
+            if child < 0:
+                _undo_pending(t, g, n)  # the tree is full: this walk leaves no trace
+                return -1
+            t.edge_child[g, e] = child
+            t.pending[g, child] += 1
+            if leaves.passes[lg] >= 2:
+                t.terminal[g, child] = 1
+            return child
+        n = child
+        t.pending[g, n] += 1
+
+
+@routine
+def terminal_value(leaves, lg, no_marks, owner):
+    """The exact utility of a finished game for the player to move: +1 win, -1 loss, 0 draw,
+    scored by the game's rules as the stones stand (no dead stones)."""
+    black_lead = score(leaves, lg, no_marks, no_marks, owner)
+    if black_lead == 0:
+        return 0.0
+    return 1.0 if (black_lead > 0) == (leaves.to_move[lg] == BLACK) else -1.0
+
+
+@routine
+def expand(t, g, n, leaves, lg, policy):
+    """Give leaf n an edge per legal move of the leaf board, with prior policy[p] (renormalized
+    over the legal moves; uniform if the policy gives them nothing)."""
+    c = leaves.to_move[lg]
+    start = t.edge_count[g]
+    count = 0
+    total = 0.0
+    for p in range(leaves.color.shape[1]):
+        if p != PASS and leaves.color[lg, p] != EMPTY:
+            continue
+        if legality(leaves, lg, p, c) != LEGAL:
+            continue
+        if start + count >= t.edge_move.shape[1]:
+            break  # edge storage full: the remaining moves are left out
+        t.edge_move[g, start + count] = p
+        t.edge_prior[g, start + count] = policy[p]
+        t.edge_child[g, start + count] = UNVISITED
+        total += policy[p]
+        count += 1
+    if count > 0:
+        for e in range(start, start + count):
+            t.edge_prior[g, e] = t.edge_prior[g, e] / total if total > 0 else 1.0 / count
+    t.first_edge[g, n] = start
+    t.num_edges[g, n] = count
+    t.edge_count[g] = start + count
+
+
+@kernel
+def backup(t, g, n, value):
+    """value: the utility for the player to move at leaf n. Adds it up the path, flipping the
+    sign at each level, and removes the virtual visits."""
+    v = -value  # for the player who moved into n
+    while n >= 0:
+        t.visits[g, n] += 1
+        t.pending[g, n] -= 1
+        t.value_sum[g, n] += v
+        v = -v
+        n = t.parent[g, n]
+
+
+# ---------------------------------------------------------------------------------------------
+# Drivers and the Python API
+# ---------------------------------------------------------------------------------------------
+
+
+@driver
+def _reset_range(t, start, stop):
+    for g in range(start, stop):
+        reset_tree(t, g)
+
+
+@driver
+def _select_range(t, roots, leaves, params, budget, no_marks, owner, start, stop):
+    per = t.leaf.shape[1]
+    for g in range(start, stop):
+        for i in range(per):
+            t.leaf[g, i] = -1
+            t.leaf_value[g, i] = 0.0
+            if i >= budget[g]:
+                continue
+            lg = g * per + i
+            n = select_leaf(t, g, roots, g, leaves, lg, params)
+            t.leaf[g, i] = n
+            if n >= 0 and t.terminal[g, n]:
+                t.leaf_value[g, i] = terminal_value(leaves, lg, no_marks[lg], owner[lg])
+
+
+@driver
+def _expand_backup_range(t, leaves, policy, value, start, stop):
+    per = t.leaf.shape[1]
+    for g in range(start, stop):
+        for i in range(per):
+            n = t.leaf[g, i]
+            lg = g * per + i
+            if n < 0:
+                continue
+            if t.terminal[g, n]:
+                backup(t, g, n, t.leaf_value[g, i])
+                continue
+            if t.first_edge[g, n] == UNVISITED:
+                expand(t, g, n, leaves, lg, policy[lg])
+                backup(t, g, n, value[lg])
+            else:
+                # Selected twice this step (virtual loss did not steer the second walk
+                # away): the second evaluation is dropped, its virtual visits taken back.
+                _undo_pending(t, g, n)
+
+
+def reset_all(t: Tree) -> None:
+    over_games(_reset_range, t.node_count.shape[0], t)
+
+
+def new_leaves(roots: Boards, leaves_per_game: int) -> Boards:
+    """Leaf boards: leaves_per_game slots per game, same layout and move limit as the roots."""
+    games = roots.games * leaves_per_game
+    return new_boards(
+        games,
+        np.repeat(roots.size, leaves_per_game),
+        np.repeat(roots.rules, leaves_per_game, axis=0),
+        layout=roots.layout,
+        max_moves=roots.max_moves,
+    )
+
+
+def select_all(
+    t: Tree, roots: Boards, leaves: Boards, params: SearchParams, budget: np.ndarray
+) -> None:
+    """Select budget[g] (<= L) leaves in every game g (t.leaf, -1 where none), with their
+    positions on the leaf boards."""
+    no_marks = np.zeros(leaves.color.shape, np.bool_)
+    owner = np.zeros(leaves.color.shape, np.int8)
+    budget = np.ascontiguousarray(budget, np.int64)
+    over_games(_select_range, roots.games, t, roots, leaves, params, budget, no_marks, owner)
+
+
+def expand_and_backup_all(t: Tree, leaves: Boards, policy: np.ndarray, value: np.ndarray):
+    """policy [G * L, A] over the leaf boards' points (PASS at 0), value [G * L] utility for
+    each leaf's player to move."""
+    over_games(
+        _expand_backup_range,
+        t.node_count.shape[0],
+        t,
+        leaves,
+        np.ascontiguousarray(policy, np.float32),
+        np.ascontiguousarray(value, np.float32),
+    )
+
+
+def search(
+    roots: Boards,
+    evaluate,
+    visits: int,
+    *,
+    params: SearchParams = DEFAULT_PARAMS,
+    leaves_per_game: int = 1,
+    tree: Tree | None = None,
+    leaves: Boards | None = None,
+) -> Tree:
+    """Run `visits` visits in every game (the root's own evaluation included), fewer in a game
+    whose tree fills up. `evaluate(leaves)` returns (policy [G * L, A] over points, value
+    [G * L]) for the leaf boards: the network through gocore.features, or anything else with
+    that shape."""
+    games = roots.games
+    if tree is None:
+        area = roots.color.shape[1]
+        tree = new_tree(games, visits + 2, (visits + 1) * area, leaves_per_game)
+    leaves = new_leaves(roots, leaves_per_game) if leaves is None else leaves
+    full = np.zeros(games, np.bool_)  # games whose tree has no room left: their search ends
+    while True:
+        remaining = np.where(full, 0, visits - tree.visits[:, ROOT])
+        if remaining.max() <= 0:
+            return tree
+        budget = np.clip(remaining, 0, leaves_per_game)
+        select_all(tree, roots, leaves, params, budget)
+        full |= (budget > 0) & (tree.leaf < 0).all(axis=1)
+        policy, value = evaluate(leaves)
+        expand_and_backup_all(tree, leaves, policy, value)
+
+
+def root_visits(t: Tree, g: int) -> dict[int, int]:
+    """{move: visits} of game g's root children."""
+    start, count = t.first_edge[g, ROOT], t.num_edges[g, ROOT]
+    out = {}
+    for e in range(start, start + count):
+        child = t.edge_child[g, e]
+        out[int(t.edge_move[g, e])] = int(t.visits[g, child]) if child >= 0 else 0
+    return out
