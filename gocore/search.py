@@ -32,6 +32,7 @@ from gocore.board import (
     BLACK,
     EMPTY,
     LEGAL,
+    MAX_AREA,
     PASS,
     Boards,
     copy_game,
@@ -41,9 +42,11 @@ from gocore.board import (
     score,
 )
 from gocore.jit import driver, kernel, over_games, routine
+from gocore.playout import next_u64
 
 ROOT = 0
-UNVISITED = -1  # an edge with no node yet; a node with no edges yet (not expanded)
+UNVISITED = -1
+_S11 = np.uint64(11)  # an edge with no node yet; a node with no edges yet (not expanded)
 
 
 class SearchParams(NamedTuple):
@@ -75,11 +78,15 @@ class Tree(NamedTuple):
     edge_child: np.ndarray  # [G, E] int32 node index, UNVISITED if never walked
     node_count: np.ndarray  # [G] int32
     edge_count: np.ndarray  # [G] int32
+    noise: np.ndarray  # [G, A] float32 the Dirichlet sample of the root's edges (scratch)
+    reroot_map: np.ndarray  # [G, N] int32 scratch of `reroot`: old node of each new one
     leaf: np.ndarray  # [G, L] int32 the leaves selected this step (-1: none)
     leaf_value: np.ndarray  # [G, L] float32 a terminal leaf's exact value (player to move)
 
 
-def new_tree(games: int, max_nodes: int, max_edges: int, leaves_per_game: int = 1) -> Tree:
+def new_tree(
+    games: int, max_nodes: int, max_edges: int, leaves_per_game: int = 1, area: int = MAX_AREA
+) -> Tree:
     tree = Tree(
         visits=np.zeros((games, max_nodes), np.int32),
         value_sum=np.zeros((games, max_nodes), np.float32),
@@ -93,6 +100,8 @@ def new_tree(games: int, max_nodes: int, max_edges: int, leaves_per_game: int = 
         edge_child=np.zeros((games, max_edges), np.int32),
         node_count=np.zeros(games, np.int32),
         edge_count=np.zeros(games, np.int32),
+        noise=np.zeros((games, area), np.float32),
+        reroot_map=np.zeros((games, max_nodes), np.int32),
         leaf=np.full((games, leaves_per_game), -1, np.int32),
         leaf_value=np.zeros((games, leaves_per_game), np.float32),
     )
@@ -280,6 +289,155 @@ def backup(t, g, n, value):
 
 
 # ---------------------------------------------------------------------------------------------
+# The root: noise, policy targets with pruning, tree reuse
+# ---------------------------------------------------------------------------------------------
+
+
+@kernel
+def _uniform(rng, g):
+    """A uniform float in (0, 1)."""
+    return ((next_u64(rng, g) >> _S11) + 0.5) * (1.0 / 9007199254740992.0)
+
+
+@kernel
+def _gamma(rng, g, alpha):
+    """A Gamma(alpha, 1) sample (Marsaglia and Tsang; alpha < 1 through Gamma(alpha + 1))."""
+    boost = 1.0
+    if alpha < 1.0:
+        boost = _uniform(rng, g) ** (1.0 / alpha)
+        alpha += 1.0
+    d = alpha - 1.0 / 3.0
+    c = 1.0 / math.sqrt(9.0 * d)
+    while True:
+        # A standard normal by Box-Muller.
+        x = math.sqrt(-2.0 * math.log(_uniform(rng, g))) * math.cos(
+            2.0 * math.pi * _uniform(rng, g)
+        )
+        v = 1.0 + c * x
+        if v <= 0.0:
+            continue
+        v = v * v * v
+        u = _uniform(rng, g)
+        if math.log(u) < 0.5 * x * x + d - d * v + d * math.log(v):
+            return d * v * boost
+
+
+@routine
+def add_root_noise(t, g, rng, alpha_total, epsilon):
+    """Mix Dirichlet noise into the root's priors: P = (1 - epsilon) P + epsilon Dir(alpha),
+    alpha = alpha_total / the number of legal moves (the paper: 0.03 * 361 / legal moves)."""
+    start = t.first_edge[g, ROOT]
+    count = t.num_edges[g, ROOT]
+    if start < 0 or count == 0:
+        return
+    alpha = alpha_total / count
+    total = 0.0
+    for e in range(start, start + count):
+        sample = _gamma(rng, g, alpha)
+        t.noise[g, e - start] = sample
+        total += sample
+    for e in range(start, start + count):
+        share = t.noise[g, e - start] / total if total > 0 else 1.0 / count
+        t.edge_prior[g, e] = (1.0 - epsilon) * t.edge_prior[g, e] + epsilon * share
+
+
+@routine
+def policy_target(t, g, params, out):
+    """out[move] = the root's visit distribution after policy target pruning (KataGo): for every
+    child but the most visited, take off up to its forced playouts sqrt(k P N) while its PUCT
+    value stays at most the best child's; a child left with one playout gets none. Returns the
+    number of visits left in the target (0 if the root has none)."""
+    for p in range(out.shape[0]):
+        out[p] = 0.0
+    start = t.first_edge[g, ROOT]
+    count = t.num_edges[g, ROOT]
+    if start < 0:
+        return 0.0
+    total = 0
+    best = -1
+    best_visits = -1
+    for e in range(start, start + count):
+        child = t.edge_child[g, e]
+        n = t.visits[g, child] if child >= 0 else 0
+        total += n
+        if n > best_visits:
+            best_visits = n
+            best = e
+    if total == 0:
+        return 0.0
+    explore = params.c_puct * float(total) ** params.puct_exponent
+    best_child = t.edge_child[g, best]
+    best_q = t.value_sum[g, best_child] / best_visits
+    best_puct = best_q + explore * t.edge_prior[g, best] / (1.0 + best_visits)
+    kept = 0.0
+    for e in range(start, start + count):
+        child = t.edge_child[g, e]
+        n = float(t.visits[g, child]) if child >= 0 else 0.0
+        if e != best and n > 0 and params.forced_playouts_k > 0.0:
+            prior = t.edge_prior[g, e]
+            q = t.value_sum[g, child] / n
+            forced = math.sqrt(params.forced_playouts_k * prior * total)
+            reduced = n
+            if best_puct > q:
+                # Fewest visits (a real number, as KataGo's weights) keeping
+                # q + explore * prior / (1 + n') <= best_puct.
+                floor = explore * prior / (best_puct - q) - 1.0
+                reduced = min(max(n - forced, floor, 0.0), n)
+            if reduced <= 1.0:
+                reduced = 0.0
+            n = reduced
+        out[t.edge_move[g, e]] = n
+        kept += n
+    for p in range(out.shape[0]):
+        out[p] = out[p] / kept
+    return kept
+
+
+@routine
+def reroot(t, g, child, into, gi):
+    """Copy the subtree under node `child` of tree t (game g) into tree `into` (game gi, another
+    tree) as its whole tree, `child` becoming the root: the part of the search a move keeps.
+    Breadth-first; into.reroot_map[gi, k] is the old index of new node k. Returns the nodes."""
+    into.node_count[gi] = 1
+    into.edge_count[gi] = 0
+    into.reroot_map[gi, 0] = child
+    head = 0
+    while head < into.node_count[gi]:
+        old = into.reroot_map[gi, head]
+        new = head
+        head += 1
+        into.visits[gi, new] = t.visits[g, old]
+        into.value_sum[gi, new] = t.value_sum[g, old]
+        into.pending[gi, new] = 0
+        into.terminal[gi, new] = t.terminal[g, old]
+        start = t.first_edge[g, old]
+        count = t.num_edges[g, old]
+        if start < 0:
+            into.first_edge[gi, new] = UNVISITED
+            into.num_edges[gi, new] = 0
+            continue
+        first = into.edge_count[gi]
+        into.first_edge[gi, new] = first
+        into.num_edges[gi, new] = count
+        into.edge_count[gi] = first + count
+        for i in range(count):
+            e = start + i
+            into.edge_move[gi, first + i] = t.edge_move[g, e]
+            into.edge_prior[gi, first + i] = t.edge_prior[g, e]
+            old_child = t.edge_child[g, e]
+            if old_child < 0:
+                into.edge_child[gi, first + i] = UNVISITED
+                continue
+            k = into.node_count[gi]
+            into.node_count[gi] = k + 1
+            into.reroot_map[gi, k] = old_child
+            into.parent[gi, k] = new
+            into.edge_child[gi, first + i] = k
+    into.parent[gi, ROOT] = -1
+    return into.node_count[gi]
+
+
+# ---------------------------------------------------------------------------------------------
 # Drivers and the Python API
 # ---------------------------------------------------------------------------------------------
 
@@ -325,6 +483,61 @@ def _expand_backup_range(t, leaves, policy, value, start, stop):
                 # Selected twice this step (virtual loss did not steer the second walk
                 # away): the second evaluation is dropped, its virtual visits taken back.
                 _undo_pending(t, g, n)
+
+
+@driver
+def _noise_range(t, rng, alpha_total, epsilon, which, start, stop):
+    for g in range(start, stop):
+        if which[g]:
+            add_root_noise(t, g, rng, alpha_total, epsilon)
+
+
+@driver
+def _targets_range(t, params, out, kept, start, stop):
+    for g in range(start, stop):
+        kept[g] = policy_target(t, g, params, out[g])
+
+
+@driver
+def _reroot_range(t, moves, into, start, stop):
+    for g in range(start, stop):
+        child = -1
+        first = t.first_edge[g, ROOT]
+        if first >= 0:
+            for e in range(first, first + t.num_edges[g, ROOT]):
+                if t.edge_move[g, e] == moves[g]:
+                    child = t.edge_child[g, e]
+        if child < 0:
+            reset_tree(into, g)
+        else:
+            reroot(t, g, child, into, g)
+
+
+def add_noise_all(
+    t: Tree, rng: np.ndarray, which: np.ndarray, *, alpha_total: float = 10.83, epsilon=0.25
+) -> None:
+    """Dirichlet noise on the expanded roots of the games marked in `which` ([G] bool); the
+    paper's alpha 0.03 per point of 19x19 is alpha_total = 10.83 spread over the legal moves."""
+    which = np.ascontiguousarray(np.broadcast_to(which, t.node_count.shape), np.bool_)
+    over_games(_noise_range, t.node_count.shape[0], t, rng, alpha_total, epsilon, which)
+
+
+def policy_targets_all(t: Tree, params: SearchParams, area: int) -> tuple[np.ndarray, np.ndarray]:
+    """([G, area] float32 policy targets over points after pruning, [G] visits they keep)."""
+    games = t.node_count.shape[0]
+    out = np.zeros((games, area), np.float32)
+    kept = np.zeros(games, np.float64)
+    over_games(_targets_range, games, t, params, out, kept)
+    return out, kept
+
+
+def reroot_all(t: Tree, spare: Tree, moves: np.ndarray) -> Tree:
+    """After every game g plays moves[g] at its root, the tree to search on: `spare` filled
+    with the subtree under that move (a fresh root where the move was never searched).
+    Returns `spare`; `t` becomes the spare of the next move."""
+    moves = np.ascontiguousarray(moves, np.int64)
+    over_games(_reroot_range, t.node_count.shape[0], t, moves, spare)
+    return spare
 
 
 def reset_all(t: Tree) -> None:
@@ -376,26 +589,37 @@ def search(
     leaves_per_game: int = 1,
     tree: Tree | None = None,
     leaves: Boards | None = None,
+    noise_rng: np.ndarray | None = None,
+    noise_games: np.ndarray | bool = True,
 ) -> Tree:
-    """Run `visits` visits in every game (the root's own evaluation included), fewer in a game
-    whose tree fills up. `evaluate(leaves)` returns (policy [G * L, A] over points, value
-    [G * L]) for the leaf boards: the network through gocore.features, or anything else with
-    that shape."""
+    """Run the search until every root has `visits` visits (its own evaluation and visits kept
+    from a reused tree included), fewer in a game whose tree fills up. `evaluate(leaves)`
+    returns (policy [G * L, A] over points, value [G * L] for each leaf's player to move) for
+    the leaf boards: the network through gocore.features, or anything else with that shape.
+    With `noise_rng` ([G] uint64), the roots of `noise_games` get Dirichlet noise once
+    expanded."""
     games = roots.games
+    area = roots.color.shape[1]
     if tree is None:
-        area = roots.color.shape[1]
-        tree = new_tree(games, visits + 2, (visits + 1) * area, leaves_per_game)
+        tree = new_tree(games, visits + 2, (visits + 1) * area, leaves_per_game, area)
     leaves = new_leaves(roots, leaves_per_game) if leaves is None else leaves
     full = np.zeros(games, np.bool_)  # games whose tree has no room left: their search ends
+
+    def step(budget):
+        select_all(tree, roots, leaves, params, budget)
+        nonlocal full
+        full |= (budget > 0) & (tree.leaf < 0).all(axis=1)
+        policy, value = evaluate(leaves)
+        expand_and_backup_all(tree, leaves, policy, value)
+
+    if noise_rng is not None:
+        step((tree.first_edge[:, ROOT] < 0).astype(np.int64))  # expand fresh roots first
+        add_noise_all(tree, noise_rng, noise_games)
     while True:
         remaining = np.where(full, 0, visits - tree.visits[:, ROOT])
         if remaining.max() <= 0:
             return tree
-        budget = np.clip(remaining, 0, leaves_per_game)
-        select_all(tree, roots, leaves, params, budget)
-        full |= (budget > 0) & (tree.leaf < 0).all(axis=1)
-        policy, value = evaluate(leaves)
-        expand_and_backup_all(tree, leaves, policy, value)
+        step(np.clip(remaining, 0, leaves_per_game))
 
 
 def root_visits(t: Tree, g: int) -> dict[int, int]:

@@ -168,3 +168,150 @@ def test_a_full_tree_stops_growing_without_losing_counts():
     # Five nodes: the root's evaluation and four children's, then no room for a fifth child.
     assert (tree.node_count == 5).all() and (tree.visits[:, S.ROOT] == 5).all()
     assert not tree.pending.any()
+
+
+def reference_target(tree, g, params):
+    """KataGo's policy target pruning, by the formulas, in plain Python: {move: visits}."""
+    start, count = int(tree.first_edge[g, S.ROOT]), int(tree.num_edges[g, S.ROOT])
+    children = []
+    for e in range(start, start + count):
+        child = int(tree.edge_child[g, e])
+        n = int(tree.visits[g, child]) if child >= 0 else 0
+        q = float(tree.value_sum[g, child]) / n if n else 0.0
+        children.append((int(tree.edge_move[g, e]), float(tree.edge_prior[g, e]), n, q))
+    total = sum(c[2] for c in children)
+    explore = params.c_puct * total**params.puct_exponent
+    best = max(range(len(children)), key=lambda i: children[i][2])  # first of the most visited
+    _, p_best, n_best, q_best = children[best]
+    puct_best = q_best + explore * p_best / (1 + n_best)
+    target = {}
+    for i, (move, prior, n, q) in enumerate(children):
+        kept = float(n)
+        if i != best and n > 0 and params.forced_playouts_k > 0:
+            forced = math.sqrt(params.forced_playouts_k * prior * total)
+            lowest = max(n - forced, 0.0)
+
+            def puct(visits, q=q, prior=prior):
+                return q + explore * prior / (1 + visits)
+
+            if puct(lowest) <= puct_best:
+                kept = lowest
+            elif puct(n) <= puct_best:
+                # Bisect for the fewest visits at which the child is no better than the best.
+                lo, hi = lowest, float(n)
+                for _ in range(100):
+                    mid = (lo + hi) / 2
+                    lo, hi = (lo, mid) if puct(mid) <= puct_best else (mid, hi)
+                kept = hi
+            if kept <= 1:
+                kept = 0.0
+        target[move] = kept
+    return target
+
+
+@pytest.mark.parametrize("k", [2.0, 0.0])
+def test_policy_targets_prune_forced_playouts_as_the_formula_says(k):
+    params = S.SearchParams(forced_playouts_k=k)
+    roots = gb.new_boards(4, 7, max_moves=200)
+    tree = S.search(
+        roots, random_evaluator(4), 150, params=params, noise_rng=S_rng(4), noise_games=True
+    )
+    targets, kept = S.policy_targets_all(tree, params, roots.color.shape[1])
+    pruned_any = False
+    for g in range(4):
+        expected = reference_target(tree, g, params)
+        total = sum(expected.values())
+        assert kept[g] == pytest.approx(total, rel=1e-5)
+        for move, visits in expected.items():
+            assert targets[g, move] == pytest.approx(visits / total, abs=1e-5), (g, move)
+        assert targets[g].sum() == pytest.approx(1.0)
+        raw = S.root_visits(tree, g)
+        pruned_any |= sum(raw.values()) > total
+        if k == 0:
+            assert total == sum(raw.values())
+    assert pruned_any == (k > 0)
+
+
+def S_rng(seed: int, games: int = 4):
+    from gocore.playout import new_rng
+
+    return new_rng(games, seed)
+
+
+def test_root_noise_is_a_dirichlet_mix():
+    roots = gb.new_boards(1, 5, max_moves=100)
+    tree = S.search(roots, score_evaluator, 1)  # the root expanded, uniform priors
+    count = tree.num_edges[0, S.ROOT]
+    start = tree.first_edge[0, S.ROOT]
+    base = tree.edge_prior[0, start : start + count].copy()
+    shares = []
+    rng = S_rng(5, 1)
+    for _ in range(400):
+        tree.edge_prior[0, start : start + count] = base
+        S.add_noise_all(tree, rng, True, alpha_total=10.83, epsilon=1.0)
+        noisy = tree.edge_prior[0, start : start + count].copy()
+        assert noisy.sum() == pytest.approx(1.0, abs=1e-5) and (noisy > 0).all()
+        shares.append(noisy)
+    shares = np.array(shares)
+    # Dirichlet(alpha, ..., alpha): every share has mean 1 / count and variance
+    # (1/count)(1 - 1/count) / (alpha_total + 1).
+    assert np.allclose(shares.mean(axis=0), 1 / count, atol=0.015)
+    expected_var = (1 / count) * (1 - 1 / count) / (10.83 + 1)
+    assert shares.var(axis=0).mean() == pytest.approx(expected_var, rel=0.25)
+    # epsilon = 0 leaves the priors alone; the same seed gives the same noise.
+    tree.edge_prior[0, start : start + count] = base
+    S.add_noise_all(tree, S_rng(6, 1), True, epsilon=0.0)
+    assert np.allclose(tree.edge_prior[0, start : start + count], base)
+    first, second = [], []
+    for out in (first, second):
+        tree.edge_prior[0, start : start + count] = base
+        S.add_noise_all(tree, S_rng(7, 1), True)
+        out.append(tree.edge_prior[0, start : start + count].copy())
+    assert np.array_equal(first[0], second[0])
+
+
+def test_tree_reuse_keeps_the_subtree_counts():
+    roots = gb.new_boards(2, 7, max_moves=200)
+    area = roots.color.shape[1]
+    tree = S.new_tree(2, 402, 402 * area, area=area)
+    spare = S.new_tree(2, 402, 402 * area, area=area)
+    tree = S.search(roots, random_evaluator(8), 200, tree=tree)
+    moves = np.array([max(S.root_visits(tree, g).items(), key=lambda kv: kv[1])[0] for g in (0, 1)])
+    children = []
+    for g in range(2):
+        start, count = tree.first_edge[g, S.ROOT], tree.num_edges[g, S.ROOT]
+        children.append(
+            next(
+                tree.edge_child[g, e]
+                for e in range(start, start + count)
+                if tree.edge_move[g, e] == moves[g]
+            )
+        )
+    old = tree
+    new = S.reroot_all(tree, spare, moves)
+    for g in range(2):
+        assert new.visits[g, S.ROOT] == old.visits[g, children[g]] > 1
+        # Every kept node has the visits and value of the node it came from.
+        for k in range(new.node_count[g]):
+            source = new.reroot_map[g, k]
+            assert new.visits[g, k] == old.visits[g, source]
+            assert new.value_sum[g, k] == old.value_sum[g, source]
+        assert new.node_count[g] == _subtree_size(old, g, children[g])
+    # The search goes on from the kept tree: the game moves on, and visits top up to 200.
+    gb.play_all(roots, moves)
+    kept = new.visits[:, S.ROOT].copy()
+    new = S.search(roots, random_evaluator(9), 200, tree=new)
+    assert (new.visits[:, S.ROOT] == 200).all() and (kept > 1).all()
+    # A move the search never tried starts a fresh tree.
+    fresh = S.reroot_all(new, old, np.array([-5, -5]))
+    assert (fresh.node_count == 1).all() and (fresh.visits[:, S.ROOT] == 0).all()
+
+
+def _subtree_size(tree, g, n):
+    size = 1
+    start, count = tree.first_edge[g, n], tree.num_edges[g, n]
+    if start >= 0:
+        for e in range(start, start + count):
+            if tree.edge_child[g, e] >= 0:
+                size += _subtree_size(tree, g, tree.edge_child[g, e])
+    return size
