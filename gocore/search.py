@@ -630,3 +630,27 @@ def root_visits(t: Tree, g: int) -> dict[int, int]:
         child = t.edge_child[g, e]
         out[int(t.edge_move[g, e])] = int(t.visits[g, child]) if child >= 0 else 0
     return out
+
+
+def temperature(move_number: np.ndarray, board_width: np.ndarray, *, start=0.8, end=0.2):
+    """The move-choice temperature: `start` decaying to `end`, halving the gap every
+    `board_width` moves (19 moves on 19x19, 9 on 9x9)."""
+    move_number = np.asarray(move_number, np.float64)
+    return end + (start - end) * 0.5 ** (move_number / np.asarray(board_width, np.float64))
+
+
+def choose_moves(
+    visits: np.ndarray, move_number, board_width, rng: np.random.Generator, *, start=0.8, end=0.2
+) -> np.ndarray:
+    """One move per game, drawn with probability proportional to visits^(1 / temperature)
+    ([G, A] visit counts or a policy target over points; PASS = 0)."""
+    visits = np.asarray(visits, np.float64)
+    t = temperature(move_number, board_width, start=start, end=end)[:, None]
+    top = visits.max(axis=1, keepdims=True)
+    if (top <= 0).any():
+        raise ValueError("choose_moves: a game with no visits")
+    # Normalised by the most visited move first, so the power cannot overflow.
+    weights = np.where(visits > 0, (visits / top) ** (1.0 / t), 0.0)
+    cumulative = np.cumsum(weights, axis=1)
+    draws = rng.random(len(visits)) * cumulative[:, -1]
+    return (cumulative < draws[:, None]).sum(axis=1)

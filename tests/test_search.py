@@ -315,3 +315,25 @@ def _subtree_size(tree, g, n):
             if tree.edge_child[g, e] >= 0:
                 size += _subtree_size(tree, g, tree.edge_child[g, e])
     return size
+
+
+def test_temperature_halves_every_board_width_moves():
+    t = S.temperature(np.array([0, 9, 18, 19, 1000]), np.array([9, 9, 9, 19, 9]))
+    assert np.allclose(t, [0.8, 0.5, 0.35, 0.5, 0.2])
+
+
+def test_move_choice_follows_visits_sharpened_by_the_temperature():
+    visits = np.zeros((1, 10))
+    visits[0, [2, 5, 7]] = [60, 30, 10]
+    rng = np.random.default_rng(0)
+    early = np.array([S.choose_moves(visits, [0], [9], rng)[0] for _ in range(4000)])
+    late = np.array([S.choose_moves(visits, [200], [9], rng)[0] for _ in range(4000)])
+    assert set(early) <= {2, 5, 7} and set(late) <= {2, 5, 7}
+    # At temperature 0.8 the weights are visits^1.25; at 0.2, visits^5.
+    for draws, power in ((early, 1.25), (late, 5.0)):
+        w = np.array([60, 30, 10], float) ** power
+        expected = w / w.sum()
+        seen = np.array([(draws == m).mean() for m in (2, 5, 7)])
+        assert np.allclose(seen, expected, atol=0.03), (seen, expected)
+    with pytest.raises(ValueError, match="no visits"):
+        S.choose_moves(np.zeros((1, 10)), [0], [9], rng)
