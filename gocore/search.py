@@ -273,6 +273,10 @@ def expand(t, g, n, leaves, lg, policy):
     t.first_edge[g, n] = start
     t.num_edges[g, n] = count
     t.edge_count[g] = start + count
+    if count == 0:
+        # No move at all (the move list is full, or edge storage ran out): an end of the game
+        # for the search, scored as the stones stand when reached again.
+        t.terminal[g, n] = 1
 
 
 @kernel

@@ -337,3 +337,12 @@ def test_move_choice_follows_visits_sharpened_by_the_temperature():
         assert np.allclose(seen, expected, atol=0.03), (seen, expected)
     with pytest.raises(ValueError, match="no visits"):
         S.choose_moves(np.zeros((1, 10)), [0], [9], rng)
+
+
+def test_a_node_without_moves_is_an_end_of_the_game():
+    # A move list one move from full: every leaf below the root has no legal move left.
+    roots = gb.new_boards(1, 5, max_moves=1)
+    tree = S.search(roots, score_evaluator, 30)
+    assert tree.visits[0, S.ROOT] == 30 and not tree.pending.any()
+    children = [c for c in tree.edge_child[0, : tree.edge_count[0]] if c >= 0]
+    assert children and all(tree.terminal[0, c] == 1 for c in children)
