@@ -273,8 +273,9 @@ def reset_history(b, g):
 
 
 @kernel
-def _is_liberty_of(b, g, p, head, c):
-    """Whether empty point p touches the group of colour c headed by `head`."""
+def touches_group(b, g, p, head, c):
+    """Whether point p touches the group of colour c headed by `head` (for an empty p: is its
+    liberty)."""
     stride = b.stride
     for q in (p - stride, p - 1, p + 1, p + stride):
         if b.color[g, q] == c and b.group_head[g, q] == head:
@@ -386,7 +387,7 @@ def _merge_groups(b, g, head_a, head_b, c):
     s = head_b
     while True:
         for q in (s - stride, s - 1, s + 1, s + stride):
-            if b.color[g, q] == EMPTY and not _is_liberty_of(b, g, q, head_a, c):
+            if b.color[g, q] == EMPTY and not touches_group(b, g, q, head_a, c):
                 new_libs += 1
         b.group_head[g, s] = head_a
         s = np.int64(b.group_next[g, s])

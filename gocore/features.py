@@ -57,6 +57,7 @@ from gocore.board import (
     new_boards,
     place_stone,
     replay_position,
+    touches_group,
 )
 from gocore.jit import driver, kernel, over_games, routine
 from gocore.rules import (
@@ -521,14 +522,6 @@ def mark_ladders(b, g, w, catch_color, catches):
 # ---------------------------------------------------------------------------------------------
 
 
-@kernel
-def _is_next_to_head(b, g, stride, p, c, head):
-    for q in (p - stride, p - 1, p + 1, p + stride):
-        if b.color[g, q] == c and b.group_head[g, q] == head:
-            return True
-    return False
-
-
 @routine
 def mark_pass_alive(b, g, w, c, bit):
     """Set `bit` in w.area[g, p] for c's pass-alive stones and the regions they enclose.
@@ -577,7 +570,7 @@ def mark_pass_alive(b, g, w, c, bit):
                 kept = 0
                 for k in range(n_vital):
                     head = w.region_vital[g, r, k]
-                    if _is_next_to_head(b, g, stride, s, c, head):
+                    if touches_group(b, g, s, head, c):
                         w.region_vital[g, r, kept] = head
                         kept += 1
                 n_vital = kept

@@ -79,3 +79,45 @@ def game_from_diagram(
 
 def diagram_of(game: Game) -> str:
     return "\n".join(" ".join(".XO"[c] for c in row) for row in game.board())
+
+
+def ko_position(rules: str) -> Game:
+    """Black takes a ko by playing C4, capturing the white stone at B4."""
+    return game_from_diagram(
+        """
+        . X O . .
+        X O . O .
+        . X O . .
+        . . . . .
+        . . . . .
+        """,
+        rules=rules,
+    )
+
+
+def triple_ko_game(rules: str) -> Game:
+    # Three kos, stacked; in the top and bottom ones Black can take, in the middle one White.
+    return game_from_diagram(
+        """
+        . X O . . . . . .
+        X O . O . . . . .
+        . X O . . . . . .
+        . O X . . . . . .
+        O X . X . . . . .
+        . O X . . . . . .
+        . X O . . . . . .
+        X O . O . . . . .
+        . X O . . . . . .
+        """,
+        rules=rules,
+    )
+
+
+TRIPLE_KO_CYCLE = [
+    (BLACK, (2, 1)),  # takes the top ko
+    (WHITE, (2, 4)),  # takes the middle ko
+    (BLACK, (2, 7)),  # takes the bottom ko
+    (WHITE, (1, 1)),  # retakes the top ko (legal: the ban ended with the next move)
+    (BLACK, (1, 4)),  # retakes the middle ko
+    (WHITE, (1, 7)),  # retakes the bottom ko: the starting position, Black to move again
+]

@@ -12,7 +12,7 @@ from gocore.game import Game
 from gocore.gtp import format_vertex, parse_vertex
 from gocore.playout import new_rng
 from gocore.rules import PRESETS
-from tests.conftest import game_from_diagram
+from tests.conftest import TRIPLE_KO_CYCLE, game_from_diagram, ko_position, triple_ko_game
 
 
 def encode_game(game: Game, sym: int = 0, tensor: int | None = None):
@@ -82,16 +82,7 @@ def test_liberty_planes_count_exactly():
 
 
 def test_ko_plane_marks_the_simple_ko_ban_for_the_player_to_move():
-    game = game_from_diagram(
-        """
-        . X O . .
-        X O . O .
-        . X O . .
-        . . . . .
-        . . . . .
-        """,
-        rules="chinese",
-    )
+    game = ko_position("chinese")
     game.play(BLACK, (2, 1))  # takes the ko at B4
     planes, _ = encode_game(game)
     assert points_of(planes[F.KO_BANNED], 5) == vertices("B4", 5)
@@ -102,27 +93,8 @@ def test_ko_plane_marks_the_simple_ko_ban_for_the_player_to_move():
 
 def test_ko_plane_marks_superko_bans():
     # Three kos; under positional superko White's last retake would repeat the position.
-    game = game_from_diagram(
-        """
-        . X O . . . . . .
-        X O . O . . . . .
-        . X O . . . . . .
-        . O X . . . . . .
-        O X . X . . . . .
-        . O X . . . . . .
-        . X O . . . . . .
-        X O . O . . . . .
-        . X O . . . . . .
-        """,
-        rules="tromp-taylor",
-    )
-    for colour, p in [
-        (BLACK, (2, 1)),
-        (WHITE, (2, 4)),
-        (BLACK, (2, 7)),
-        (WHITE, (1, 1)),
-        (BLACK, (1, 4)),
-    ]:
+    game = triple_ko_game("tromp-taylor")
+    for colour, p in TRIPLE_KO_CYCLE[:-1]:
         game.play(colour, p)
     planes, _ = encode_game(game)
     banned = points_of(planes[F.KO_BANNED], 9)

@@ -16,7 +16,13 @@ from gocore.rules import (
     max_fixed_handicap,
     parse_rules,
 )
-from tests.conftest import diagram_of, game_from_diagram
+from tests.conftest import (
+    TRIPLE_KO_CYCLE,
+    diagram_of,
+    game_from_diagram,
+    ko_position,
+    triple_ko_game,
+)
 
 
 def test_capture_and_liberties_on_a_small_board():
@@ -100,22 +106,9 @@ def test_single_stone_suicide_is_never_legal(preset):
     assert game.color_at((0, 0)) == EMPTY and not game.moves  # nothing changed
 
 
-def _ko_position(rules: str) -> Game:
-    return game_from_diagram(
-        """
-        . X O . .
-        X O . O .
-        . X O . .
-        . . . . .
-        . . . . .
-        """,
-        rules=rules,
-    )
-
-
 @pytest.mark.parametrize("preset", ["chinese", "tromp-taylor", "new-zealand", "japanese"])
 def test_simple_ko_cannot_be_retaken_at_once(preset):
-    game = _ko_position(preset)
+    game = ko_position(preset)
     game.play(BLACK, (2, 1))  # black takes the ko
     assert game.captures[BLACK] == 1 and game.color_at((1, 1)) == EMPTY
     assert game.legality(WHITE, (1, 1)) in ("ko", "superko")
@@ -128,44 +121,16 @@ def test_simple_ko_cannot_be_retaken_at_once(preset):
 
 
 def test_a_pass_lifts_the_simple_ko_ban():
-    game = _ko_position("chinese")
+    game = ko_position("chinese")
     game.play(BLACK, (2, 1))
     game.play(WHITE, None)
     game.play(BLACK, None)
     assert game.legality(WHITE, (1, 1)) == "legal"
 
 
-def _triple_ko_game(rules: str) -> Game:
-    # Three kos, stacked; in the top and bottom ones Black can take, in the middle one White.
-    return game_from_diagram(
-        """
-        . X O . . . . . .
-        X O . O . . . . .
-        . X O . . . . . .
-        . O X . . . . . .
-        O X . X . . . . .
-        . O X . . . . . .
-        . X O . . . . . .
-        X O . O . . . . .
-        . X O . . . . . .
-        """,
-        rules=rules,
-    )
-
-
-TRIPLE_KO_CYCLE = [
-    (BLACK, (2, 1)),  # takes the top ko
-    (WHITE, (2, 4)),  # takes the middle ko
-    (BLACK, (2, 7)),  # takes the bottom ko
-    (WHITE, (1, 1)),  # retakes the top ko (legal: the ban ended with the next move)
-    (BLACK, (1, 4)),  # retakes the middle ko
-    (WHITE, (1, 7)),  # retakes the bottom ko: the starting position, Black to move again
-]
-
-
 @pytest.mark.parametrize("preset", ["chinese", "japanese"])
 def test_triple_ko_cycles_forever_under_simple_ko(preset):
-    game = _triple_ko_game(preset)
+    game = triple_ko_game(preset)
     start = game.hash
     for _ in range(3):
         for colour, p in TRIPLE_KO_CYCLE:
@@ -175,7 +140,7 @@ def test_triple_ko_cycles_forever_under_simple_ko(preset):
 
 @pytest.mark.parametrize("preset", ["tromp-taylor", "new-zealand", "aga"])
 def test_triple_ko_cycle_is_stopped_by_superko(preset):
-    game = _triple_ko_game(preset)
+    game = triple_ko_game(preset)
     for colour, p in TRIPLE_KO_CYCLE[:-1]:
         game.play(colour, p)
     last_colour, last = TRIPLE_KO_CYCLE[-1]
