@@ -30,6 +30,7 @@ bench: setup
 	$(BIN)/tengen bench rules
 	$(BIN)/tengen bench features
 	$(BIN)/tengen bench nets
+	$(BIN)/tengen bench selfplay
 
 lint: setup
 	$(BIN)/ruff check .

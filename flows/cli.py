@@ -271,6 +271,49 @@ def bench_features(
     print(json.dumps(rows) if as_json else format_table(rows))
 
 
+@bench_app.command("selfplay")
+def bench_selfplay(
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print a JSON list instead of a table.")
+    ] = False,
+    seconds: Annotated[float, typer.Option(help="Seconds per measurement.")] = 10.0,
+    runs: Annotated[
+        str, typer.Option(help="net:board pairs, comma separated.")
+    ] = "b6c96:9,b2c16:9,b6c96:19",
+    slots: Annotated[int, typer.Option(help="Games played at once.")] = 32,
+    leaves: Annotated[int, typer.Option(help="Leaves per game per network batch.")] = 2,
+    params: Annotated[str, typer.Option(help="The params.yaml to take selfplay from.")] = (
+        "params.yaml"
+    ),
+    device: Annotated[str, typer.Option(help="Where the network runs: cpu or cuda.")] = "cpu",
+) -> None:
+    """Self-play visits per second beside the same net's evaluations per second, no search."""
+    from flows.bench_selfplay import HEADER, format_row
+    from flows.bench_selfplay import bench_selfplay as run
+    from nets.config import SIZES
+
+    pairs = []
+    for item in runs.split(","):
+        net, _, board = item.strip().partition(":")
+        if net not in SIZES or not board.isdigit() or not 2 <= int(board) <= 19:
+            raise typer.BadParameter(
+                f"expected net:board pairs like b6c96:9 with a known net (got {item!r}); "
+                f"nets: {', '.join(SIZES)}",
+                param_hint="--runs",
+            )
+        pairs.append((net, int(board)))
+    rows = []
+    if not as_json:
+        print(HEADER, flush=True)
+    for row in run(pairs, slots=slots, leaves=leaves, seconds=seconds, params_path=params,
+                   device=device):  # fmt: skip
+        rows.append(row)
+        if not as_json:
+            print(format_row(row), flush=True)
+    if as_json:
+        print(json.dumps(rows))
+
+
 @bench_app.command("rules")
 def bench_rules(
     as_json: Annotated[

@@ -58,6 +58,9 @@ class SearchParams(NamedTuple):
     root_fpu_reduction: float = 0.0
     forced_playouts_k: float = 2.0  # n_forced = sqrt(k * P * total visits); 0 turns them off
     virtual_loss: float = 1.0
+    # Appendix F: utility = win value + score_utility * (2/pi) atan((score - centre) / width),
+    # the centre being the root's expected score when its search began; 0 turns it off.
+    score_utility: float = 0.0
 
 
 DEFAULT_PARAMS = SearchParams()
@@ -68,6 +71,8 @@ class Tree(NamedTuple):
 
     visits: np.ndarray  # [G, N] int32 completed visits
     value_sum: np.ndarray  # [G, N] float32 utilities, from the view of the player moving into it
+    win_sum: np.ndarray  # [G, N] float32 the win/loss part of those utilities (same view)
+    score_sum: np.ndarray  # [G, N] float32 expected final scores, Black's lead (no flip)
     pending: np.ndarray  # [G, N] int32 virtual visits in flight
     parent: np.ndarray  # [G, N] int32 parent node (-1 at the root)
     first_edge: np.ndarray  # [G, N] int32 its edges' start, UNVISITED until expanded
@@ -81,7 +86,11 @@ class Tree(NamedTuple):
     noise: np.ndarray  # [G, A] float32 the Dirichlet sample of the root's edges (scratch)
     reroot_map: np.ndarray  # [G, N] int32 scratch of `reroot`: old node of each new one
     leaf: np.ndarray  # [G, L] int32 the leaves selected this step (-1: none)
-    leaf_value: np.ndarray  # [G, L] float32 a terminal leaf's exact value (player to move)
+    leaf_value: np.ndarray  # [G, L] float32 a terminal leaf's exact utility (player to move)
+    leaf_win: np.ndarray  # [G, L] float32 its win/loss value
+    leaf_score: np.ndarray  # [G, L] float32 its final score (Black's lead)
+    explore: np.ndarray  # [G] int8 whether the root takes forced playouts (a full search)
+    centre: np.ndarray  # [G] float64 the score utility's centre (Black's lead); NaN: none yet
 
 
 def new_tree(
@@ -90,6 +99,8 @@ def new_tree(
     tree = Tree(
         visits=np.zeros((games, max_nodes), np.int32),
         value_sum=np.zeros((games, max_nodes), np.float32),
+        win_sum=np.zeros((games, max_nodes), np.float32),
+        score_sum=np.zeros((games, max_nodes), np.float32),
         pending=np.zeros((games, max_nodes), np.int32),
         parent=np.zeros((games, max_nodes), np.int32),
         first_edge=np.zeros((games, max_nodes), np.int32),
@@ -104,6 +115,10 @@ def new_tree(
         reroot_map=np.zeros((games, max_nodes), np.int32),
         leaf=np.full((games, leaves_per_game), -1, np.int32),
         leaf_value=np.zeros((games, leaves_per_game), np.float32),
+        leaf_win=np.zeros((games, leaves_per_game), np.float32),
+        leaf_score=np.zeros((games, leaves_per_game), np.float32),
+        explore=np.ones(games, np.int8),
+        centre=np.full(games, np.nan),
     )
     reset_all(tree)
     return tree
@@ -121,6 +136,8 @@ def reset_tree(t, g):
     t.edge_count[g] = 0
     t.visits[g, ROOT] = 0
     t.value_sum[g, ROOT] = 0.0
+    t.win_sum[g, ROOT] = 0.0
+    t.score_sum[g, ROOT] = 0.0
     t.pending[g, ROOT] = 0
     t.parent[g, ROOT] = -1
     t.first_edge[g, ROOT] = UNVISITED
@@ -136,6 +153,8 @@ def _new_node(t, g, parent):
     t.node_count[g] = n + 1
     t.visits[g, n] = 0
     t.value_sum[g, n] = 0.0
+    t.win_sum[g, n] = 0.0
+    t.score_sum[g, n] = 0.0
     t.pending[g, n] = 0
     t.parent[g, n] = parent
     t.first_edge[g, n] = UNVISITED
@@ -183,7 +202,7 @@ def select_edge(t, g, n, params, is_root, total_root_visits):
             if child_visits > 0:
                 q = node_q(t, g, child, params.virtual_loss)
         prior = t.edge_prior[g, e]
-        if is_root and params.forced_playouts_k > 0.0:
+        if is_root and t.explore[g] and params.forced_playouts_k > 0.0:
             forced = math.sqrt(params.forced_playouts_k * prior * total_root_visits)
             if child_visits < forced:
                 # Forced playout: this child has had fewer visits than its noise-given prior
@@ -237,14 +256,31 @@ def select_leaf(t, g, root_board, gb, leaves, lg, params):
         t.pending[g, n] += 1
 
 
-@routine
-def terminal_value(leaves, lg, no_marks, owner):
-    """The exact utility of a finished game for the player to move: +1 win, -1 loss, 0 draw,
-    scored by the game's rules as the stones stand (no dead stones)."""
-    black_lead = score(leaves, lg, no_marks, no_marks, owner)
-    if black_lead == 0:
+@kernel
+def score_utility(black_lead, centre, width, to_move, weight):
+    """Appendix F's score utility of a final score for the player to move:
+    weight * (2/pi) * atan((score - centre) / width), the score from that player's side.
+    0 while there is no centre (NaN: the root's own first evaluation)."""
+    if weight == 0.0 or centre != centre:
         return 0.0
-    return 1.0 if (black_lead > 0) == (leaves.to_move[lg] == BLACK) else -1.0
+    u = weight * (2.0 / math.pi) * math.atan((black_lead - centre) / width)
+    return u if to_move == BLACK else -u
+
+
+@routine
+def terminal_value(t, g, i, leaves, lg, no_marks, owner, params):
+    """The exact values of a finished game for the player to move, into t.leaf_*[g, i]: win
+    +1, loss -1, draw 0, plus the score utility; scored by the game's rules as the stones
+    stand (no dead stones)."""
+    black_lead = score(leaves, lg, no_marks, no_marks, owner)
+    win = 0.0
+    if black_lead != 0:
+        win = 1.0 if (black_lead > 0) == (leaves.to_move[lg] == BLACK) else -1.0
+    t.leaf_win[g, i] = win
+    t.leaf_score[g, i] = black_lead
+    t.leaf_value[g, i] = win + score_utility(
+        black_lead, t.centre[g], float(leaves.size[lg]), leaves.to_move[lg], params.score_utility
+    )
 
 
 @routine
@@ -255,7 +291,11 @@ def expand(t, g, n, leaves, lg, policy):
     start = t.edge_count[g]
     count = 0
     total = 0.0
-    for p in range(leaves.color.shape[1]):
+    cells = leaves.color.shape[1]
+    for i in range(1, cells + 1):
+        # The board's points first, the pass last: among equal PUCT values the first edge
+        # wins, and a pass should not (with uniform priors it would end every early game).
+        p = i if i < cells else PASS
         if p != PASS and leaves.color[lg, p] != EMPTY:
             continue
         if legality(leaves, lg, p, c) != LEGAL:
@@ -280,15 +320,20 @@ def expand(t, g, n, leaves, lg, policy):
 
 
 @kernel
-def backup(t, g, n, value):
-    """value: the utility for the player to move at leaf n. Adds it up the path, flipping the
-    sign at each level, and removes the virtual visits."""
+def backup(t, g, n, value, win, black_score):
+    """value and win: the utility and its win/loss part for the player to move at leaf n;
+    black_score: its expected final score, Black's lead. Adds them up the path, the first two
+    flipping sign at each level, and removes the virtual visits."""
     v = -value  # for the player who moved into n
+    w = -win
     while n >= 0:
         t.visits[g, n] += 1
         t.pending[g, n] -= 1
         t.value_sum[g, n] += v
+        t.win_sum[g, n] += w
+        t.score_sum[g, n] += black_score
         v = -v
+        w = -w
         n = t.parent[g, n]
 
 
@@ -349,8 +394,9 @@ def add_root_noise(t, g, rng, alpha_total, epsilon):
 def policy_target(t, g, params, out):
     """out[move] = the root's visit distribution after policy target pruning (KataGo): for every
     child but the most visited, take off up to its forced playouts sqrt(k P N) while its PUCT
-    value stays at most the best child's; a child left with one playout gets none. Returns the
-    number of visits left in the target (0 if the root has none)."""
+    value stays at most the best child's; a child left with one playout gets none. Only where
+    the root took forced playouts (t.explore[g]). Returns the number of visits left in the
+    target (0 if the root has none)."""
     for p in range(out.shape[0]):
         out[p] = 0.0
     start = t.first_edge[g, ROOT]
@@ -377,7 +423,7 @@ def policy_target(t, g, params, out):
     for e in range(start, start + count):
         child = t.edge_child[g, e]
         n = float(t.visits[g, child]) if child >= 0 else 0.0
-        if e != best and n > 0 and params.forced_playouts_k > 0.0:
+        if e != best and n > 0 and t.explore[g] and params.forced_playouts_k > 0.0:
             prior = t.edge_prior[g, e]
             q = t.value_sum[g, child] / n
             forced = math.sqrt(params.forced_playouts_k * prior * total)
@@ -412,6 +458,8 @@ def reroot(t, g, child, into, gi):
         head += 1
         into.visits[gi, new] = t.visits[g, old]
         into.value_sum[gi, new] = t.value_sum[g, old]
+        into.win_sum[gi, new] = t.win_sum[g, old]
+        into.score_sum[gi, new] = t.score_sum[g, old]
         into.pending[gi, new] = 0
         into.terminal[gi, new] = t.terminal[g, old]
         start = t.first_edge[g, old]
@@ -441,6 +489,41 @@ def reroot(t, g, child, into, gi):
     return into.node_count[gi]
 
 
+@routine
+def copy_tree(src, gs, dst, gd):
+    """Tree gd of dst becomes a copy of tree gs of src (its used nodes and edges only)."""
+    nodes = src.node_count[gs]
+    edges = src.edge_count[gs]
+    dst.node_count[gd] = nodes
+    dst.edge_count[gd] = edges
+    for n in range(nodes):
+        dst.visits[gd, n] = src.visits[gs, n]
+        dst.value_sum[gd, n] = src.value_sum[gs, n]
+        dst.win_sum[gd, n] = src.win_sum[gs, n]
+        dst.score_sum[gd, n] = src.score_sum[gs, n]
+        dst.pending[gd, n] = src.pending[gs, n]
+        dst.parent[gd, n] = src.parent[gs, n]
+        dst.first_edge[gd, n] = src.first_edge[gs, n]
+        dst.num_edges[gd, n] = src.num_edges[gs, n]
+        dst.terminal[gd, n] = src.terminal[gs, n]
+    for e in range(edges):
+        dst.edge_move[gd, e] = src.edge_move[gs, e]
+        dst.edge_prior[gd, e] = src.edge_prior[gs, e]
+        dst.edge_child[gd, e] = src.edge_child[gs, e]
+
+
+@kernel
+def root_priors(t, g, out):
+    """out[move] = the root's prior of each move (0 for the others)."""
+    for p in range(out.shape[0]):
+        out[p] = 0.0
+    start = t.first_edge[g, ROOT]
+    if start < 0:
+        return
+    for e in range(start, start + t.num_edges[g, ROOT]):
+        out[t.edge_move[g, e]] = t.edge_prior[g, e]
+
+
 # ---------------------------------------------------------------------------------------------
 # Drivers and the Python API
 # ---------------------------------------------------------------------------------------------
@@ -459,17 +542,19 @@ def _select_range(t, roots, leaves, params, budget, no_marks, owner, start, stop
         for i in range(per):
             t.leaf[g, i] = -1
             t.leaf_value[g, i] = 0.0
+            t.leaf_win[g, i] = 0.0
+            t.leaf_score[g, i] = 0.0
             if i >= budget[g]:
                 continue
             lg = g * per + i
             n = select_leaf(t, g, roots, g, leaves, lg, params)
             t.leaf[g, i] = n
             if n >= 0 and t.terminal[g, n]:
-                t.leaf_value[g, i] = terminal_value(leaves, lg, no_marks[lg], owner[lg])
+                terminal_value(t, g, i, leaves, lg, no_marks[lg], owner[lg], params)
 
 
 @driver
-def _expand_backup_range(t, leaves, policy, value, start, stop):
+def _expand_backup_range(t, leaves, policy, value, win, black_score, start, stop):
     per = t.leaf.shape[1]
     for g in range(start, stop):
         for i in range(per):
@@ -478,11 +563,11 @@ def _expand_backup_range(t, leaves, policy, value, start, stop):
             if n < 0:
                 continue
             if t.terminal[g, n]:
-                backup(t, g, n, t.leaf_value[g, i])
+                backup(t, g, n, t.leaf_value[g, i], t.leaf_win[g, i], t.leaf_score[g, i])
                 continue
             if t.first_edge[g, n] == UNVISITED:
                 expand(t, g, n, leaves, lg, policy[lg])
-                backup(t, g, n, value[lg])
+                backup(t, g, n, value[lg], win[lg], black_score[lg])
             else:
                 # Selected twice this step (virtual loss did not steer the second walk
                 # away): the second evaluation is dropped, its virtual visits taken back.
@@ -503,8 +588,10 @@ def _targets_range(t, params, out, kept, start, stop):
 
 
 @driver
-def _reroot_range(t, moves, into, start, stop):
+def _reroot_range(t, moves, into, which, start, stop):
     for g in range(start, stop):
+        if not which[g]:
+            continue
         child = -1
         first = t.first_edge[g, ROOT]
         if first >= 0:
@@ -515,6 +602,26 @@ def _reroot_range(t, moves, into, start, stop):
             reset_tree(into, g)
         else:
             reroot(t, g, child, into, g)
+
+
+@driver
+def _copy_back_range(src, dst, which, start, stop):
+    for g in range(start, stop):
+        if which[g]:
+            copy_tree(src, g, dst, g)
+
+
+@driver
+def _reset_some_range(t, which, start, stop):
+    for g in range(start, stop):
+        if which[g]:
+            reset_tree(t, g)
+
+
+@driver
+def _priors_range(t, out, start, stop):
+    for g in range(start, stop):
+        root_priors(t, g, out[g])
 
 
 def add_noise_all(
@@ -540,8 +647,43 @@ def reroot_all(t: Tree, spare: Tree, moves: np.ndarray) -> Tree:
     with the subtree under that move (a fresh root where the move was never searched).
     Returns `spare`; `t` becomes the spare of the next move."""
     moves = np.ascontiguousarray(moves, np.int64)
-    over_games(_reroot_range, t.node_count.shape[0], t, moves, spare)
+    which = np.ones(t.node_count.shape[0], np.bool_)
+    over_games(_reroot_range, t.node_count.shape[0], t, moves, spare, which)
     return spare
+
+
+def reroot_some(t: Tree, spare: Tree, moves: np.ndarray, which: np.ndarray) -> None:
+    """In place: every game g with which[g] keeps only the subtree under moves[g] (a fresh root
+    where that move was never searched), through `spare` as scratch; other games untouched."""
+    which = np.ascontiguousarray(which, np.bool_)
+    if not which.any():
+        return
+    games = t.node_count.shape[0]
+    over_games(_reroot_range, games, t, np.ascontiguousarray(moves, np.int64), spare, which)
+    over_games(_copy_back_range, games, spare, t, which)
+
+
+def reset_some(t: Tree, which: np.ndarray) -> None:
+    over_games(_reset_some_range, t.node_count.shape[0], t, np.ascontiguousarray(which, np.bool_))
+
+
+def root_priors_all(t: Tree, area: int) -> np.ndarray:
+    """[G, area] float32: each root's priors over points (0 where not expanded)."""
+    out = np.zeros((t.node_count.shape[0], area), np.float32)
+    over_games(_priors_range, t.node_count.shape[0], t, out)
+    return out
+
+
+def root_values(t: Tree) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each root's mean (utility, win value, Black's expected lead) over its visits, the first
+    two for the player to move there; NaN where the root has no visits."""
+    n = t.visits[:, ROOT].astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (
+            -t.value_sum[:, ROOT] / n,
+            -t.win_sum[:, ROOT] / n,
+            t.score_sum[:, ROOT] / n,
+        )
 
 
 def reset_all(t: Tree) -> None:
@@ -571,23 +713,64 @@ def select_all(
     over_games(_select_range, roots.games, t, roots, leaves, params, budget, no_marks, owner)
 
 
-def expand_and_backup_all(t: Tree, leaves: Boards, policy: np.ndarray, value: np.ndarray):
+def expand_and_backup_all(
+    t: Tree,
+    leaves: Boards,
+    policy: np.ndarray,
+    value: np.ndarray,
+    win: np.ndarray | None = None,
+    black_score: np.ndarray | None = None,
+):
     """policy [G * L, A] over the leaf boards' points (PASS at 0), value [G * L] utility for
-    each leaf's player to move."""
+    each leaf's player to move, win [G * L] its win/loss part (default: the utility), and
+    black_score [G * L] the expected final score from Black's side (default 0)."""
+    value = np.ascontiguousarray(value, np.float32)
+    win = value if win is None else np.ascontiguousarray(win, np.float32)
+    if black_score is None:
+        black_score = np.zeros_like(value)
     over_games(
         _expand_backup_range,
         t.node_count.shape[0],
         t,
         leaves,
         np.ascontiguousarray(policy, np.float32),
-        np.ascontiguousarray(value, np.float32),
+        value,
+        win,
+        np.ascontiguousarray(black_score, np.float32),
     )
+
+
+# Gauss-Hermite nodes for expectations over a normal score belief.
+_HERMITE_X, _HERMITE_W = np.polynomial.hermite.hermgauss(16)
+
+
+def expected_score_utility(
+    black_mean: np.ndarray,
+    stdev: np.ndarray,
+    centre: np.ndarray,
+    width: np.ndarray,
+    to_move: np.ndarray,
+    weight: float,
+) -> np.ndarray:
+    """The score utility (Appendix F) of a leaf whose final score, Black's lead, is normal with
+    this mean and stdev: E[weight (2/pi) atan((S - centre) / width)] for the player to move,
+    by 16-point Gauss-Hermite quadrature. 0 where the centre is NaN (no centre yet)."""
+    if weight == 0.0:
+        return np.zeros(np.shape(black_mean), np.float32)
+    mean = np.asarray(black_mean, np.float64)[:, None]
+    sd = np.maximum(np.asarray(stdev, np.float64), 0.0)[:, None]
+    c = np.asarray(centre, np.float64)[:, None]
+    w = np.asarray(width, np.float64)[:, None]
+    samples = mean + math.sqrt(2.0) * sd * _HERMITE_X[None, :]
+    u = (np.arctan((samples - c) / w) * _HERMITE_W[None, :]).sum(axis=1) / math.sqrt(math.pi)
+    u = np.where(np.isnan(c[:, 0]), 0.0, weight * (2.0 / math.pi) * u)
+    return (np.where(np.asarray(to_move) == BLACK, u, -u)).astype(np.float32)
 
 
 def search(
     roots: Boards,
     evaluate,
-    visits: int,
+    visits: int | np.ndarray,
     *,
     params: SearchParams = DEFAULT_PARAMS,
     leaves_per_game: int = 1,
@@ -596,25 +779,30 @@ def search(
     noise_rng: np.ndarray | None = None,
     noise_games: np.ndarray | bool = True,
 ) -> Tree:
-    """Run the search until every root has `visits` visits (its own evaluation and visits kept
-    from a reused tree included), fewer in a game whose tree fills up. `evaluate(leaves)`
-    returns (policy [G * L, A] over points, value [G * L] for each leaf's player to move) for
-    the leaf boards: the network through gocore.features, or anything else with that shape.
-    With `noise_rng` ([G] uint64), the roots of `noise_games` get Dirichlet noise once
-    expanded."""
+    """Run the search until every root g has `visits` (or visits[g]) visits (its own
+    evaluation and visits kept from a reused tree included), fewer in a game whose tree fills
+    up. `evaluate(leaves)` returns (policy [G * L, A] over points, value [G * L] utility for
+    each leaf's player to move), optionally followed by (win, black_score) as in
+    `expand_and_backup_all`, for the leaf boards: the network through gocore.features, or
+    anything else with that shape. With `noise_rng` ([G] uint64), the roots of `noise_games`
+    get Dirichlet noise once expanded; forced playouts go to the roots of `noise_games` (of
+    every game without noise_rng)."""
     games = roots.games
     area = roots.color.shape[1]
+    visits = np.broadcast_to(np.asarray(visits, np.int64), (games,))
     if tree is None:
-        tree = new_tree(games, visits + 2, (visits + 1) * area, leaves_per_game, area)
+        most = int(visits.max())
+        tree = new_tree(games, most + 2, (most + 1) * area, leaves_per_game, area)
     leaves = new_leaves(roots, leaves_per_game) if leaves is None else leaves
     full = np.zeros(games, np.bool_)  # games whose tree has no room left: their search ends
+    if noise_rng is not None:
+        tree.explore[:] = np.broadcast_to(noise_games, (games,))
 
     def step(budget):
         select_all(tree, roots, leaves, params, budget)
         nonlocal full
         full |= (budget > 0) & (tree.leaf < 0).all(axis=1)
-        policy, value = evaluate(leaves)
-        expand_and_backup_all(tree, leaves, policy, value)
+        expand_and_backup_all(tree, leaves, *evaluate(leaves))
 
     if noise_rng is not None:
         step((tree.first_edge[:, ROOT] < 0).astype(np.int64))  # expand fresh roots first

@@ -121,3 +121,13 @@ TRIPLE_KO_CYCLE = [
     (BLACK, (1, 4)),  # retakes the middle ko
     (WHITE, (1, 7)),  # retakes the bottom ko: the starting position, Black to move again
 ]
+
+
+@pytest.fixture(scope="session")
+def prefect_api():
+    """Prefect's local API on a temporary database, for the whole session (it takes a few
+    seconds to start; Prefect's own test harness)."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield

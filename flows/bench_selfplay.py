@@ -1,0 +1,114 @@
+"""`tengen bench selfplay`: visits per second of self-play (search, rules, features and the
+network together) beside network evaluations per second of the same net, at the same batch
+size, with no search, measured in the same run on the same cores. Their ratio is the share of
+the time the network gets: the search and everything around it cost the rest.
+
+Self-play runs with params.yaml's `selfplay` settings (playout cap randomization, noise,
+the score utility, tree reuse, game randomization off the board size), on one board size, with
+a random-init net: its speed does not depend on its weights.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from gocore import selfplay as SP
+from stages import selfplay as stage
+from stages.params import load_params, section
+
+
+def _net(name: str, device: str):
+    import torch
+
+    from nets.config import net_config
+    from nets.evaluator import Evaluator
+    from nets.model import GoNet
+
+    torch.manual_seed(0)
+    return Evaluator(GoNet(net_config(name)), device=device)
+
+
+def bench_one(
+    net: str,
+    board: int,
+    *,
+    slots: int,
+    leaves: int,
+    seconds: float,
+    params_path: str = "params.yaml",
+    device: str = "cpu",
+) -> dict:
+    params = section(load_params(params_path), "selfplay", stage.SelfPlayParams, source=params_path)
+    params = params.model_copy(
+        update={"board_sizes": {board: 1.0}, "slots": slots, "leaves_per_game": leaves}
+    )
+    evaluator = _net(net, device)
+    sp = SP.SelfPlay(params.config(), evaluator, games=10**9, slots=slots, seed=0)
+    # Warm up: compile, fill the trees, get games past their openings.
+    start = time.perf_counter()
+    while time.perf_counter() - start < min(seconds, 5.0) or sp.steps < 5:
+        sp.step()
+    visits0, moves0, evals0 = sp.visits_done, sp.moves_done, sp.evaluations
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        sp.step()
+    elapsed = time.perf_counter() - start
+    visits = (sp.visits_done - visits0) / elapsed
+    # The network alone, on the batch self-play just encoded.
+    planes, glob = sp.planes.copy(), sp.glob.copy()
+    legal = np.ones((planes.shape[0], board * board + 1), np.bool_)
+    evaluator(planes, glob, legal=legal)
+    calls = 0
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        evaluator(planes, glob, legal=legal)
+        calls += 1
+    net_rate = calls * planes.shape[0] / (time.perf_counter() - start)
+    return {
+        "net": net,
+        "board": board,
+        "games_in_parallel": slots,
+        "leaves_per_game": leaves,
+        "batch": slots * leaves,
+        "device": device,
+        "selfplay_visits_per_s": round(visits, 1),
+        "selfplay_moves_per_s": round((sp.moves_done - moves0) / elapsed, 2),
+        "evaluations_per_visit": round(
+            (sp.evaluations - evals0) / max(1, sp.visits_done - visits0), 3
+        ),
+        "net_only_evals_per_s": round(net_rate, 1),
+        "efficiency": round(visits / net_rate, 4),
+    }
+
+
+def bench_selfplay(
+    runs=(("b6c96", 9), ("b2c16", 9), ("b6c96", 19)),
+    *,
+    slots: int = 32,
+    leaves: int = 2,
+    seconds: float = 10.0,
+    params_path: str = "params.yaml",
+    device: str = "cpu",
+):
+    for net, board in runs:
+        yield bench_one(
+            net, board, slots=slots, leaves=leaves, seconds=seconds, params_path=params_path,
+            device=device,
+        )  # fmt: skip
+
+
+HEADER = (
+    f"{'net':>7} {'board':>5} {'games':>5} {'batch':>5} {'device':>6} {'visits/s':>9} "
+    f"{'moves/s':>8} {'net evals/s':>11} {'efficiency':>10}"
+)
+
+
+def format_row(r: dict) -> str:
+    return (
+        f"{r['net']:>7} {r['board']:>3}x{r['board']:<2}"[:14].rjust(14)
+        + f" {r['games_in_parallel']:>5} {r['batch']:>5} {r['device']:>6} "
+        f"{r['selfplay_visits_per_s']:>9,.0f} {r['selfplay_moves_per_s']:>8,.1f} "
+        f"{r['net_only_evals_per_s']:>11,.0f} {r['efficiency']:>10.1%}"
+    )

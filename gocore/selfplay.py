@@ -1,0 +1,789 @@
+"""Self-play: G game slots searched in lockstep, one network call per step for every slot.
+
+Every step selects a few leaves in every slot (gocore.search), encodes them all into one
+feature buffer (gocore.features), calls the network once and backs the values up. A slot whose
+search has its visits plays its move at once and starts its next search, so games of cheap and
+full searches (playout cap randomization) never wait for each other; a slot whose game ends
+starts the next game. Python works on whole [G] arrays per step, never per node.
+
+What the KataGo paper (Wu 2019) prescribes, and where it is:
+- playout cap randomization (section 3.1): a full search (noise, forced playouts, a policy
+  target) with probability `full_probability`, else a cheap one without them;
+- forced playouts and policy target pruning (3.2), Dirichlet noise: gocore.search;
+- the score utility (Appendix F), centred at the root's expected score when its search began;
+- the move temperature 0.8 -> 0.2 halving every board-width moves; the first moves of a game
+  drawn from the raw policy (an exponential number, mean `opening_moves` x area);
+- game randomization (Appendix D): board sizes, rules and komi drawn per game, handicap games,
+  early forks (one uniformly random move early in the game), side positions (a move drawn
+  from the raw policy instead of the searched one, searched fully and played out as a game of
+  its own);
+- no resignation: a game stays played out; once the losing side's win rate has stayed under
+  `decided_winrate` for `decided_turns` turns, its full searches get `decided_visits` and its
+  rows the weight `decided_weight`.
+
+The network is any callable `net(planes, glob, legal=...)` returning numpy policy [B, T*T+1]
+(pass last), value [B, 3] (win, loss, no result for the player to move), score_mean and
+score_stdev [B] (the player to move's lead): nets.evaluator.Evaluator, or `UniformNet` for
+generation 0. gocore never imports torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Iterator
+
+import numpy as np
+
+from gocore import features as F
+from gocore import search as S
+from gocore.board import (
+    BLACK,
+    LEGAL,
+    PASS,
+    WHITE,
+    Boards,
+    copy_game,
+    new_boards,
+    play,
+    point,
+    reset,
+    score,
+    set_to_move,
+    setup_stone,
+)
+from gocore.jit import driver, over_games
+from gocore.playout import new_rng
+from gocore.rules import PRESETS, fixed_handicap_points, max_fixed_handicap
+
+# How a move was chosen (kept per move for the SGF and the metrics).
+RAW_POLICY = 0  # drawn from the raw policy (the opening)
+FORK = 1  # an early fork: uniformly random
+CHEAP = 2  # a cheap search (no policy target)
+FULL = 3  # a full search
+SIDE = 4  # a side position's alternative move, from the raw policy
+KIND_NAMES = {
+    RAW_POLICY: "raw policy",
+    FORK: "early fork",
+    CHEAP: "cheap search",
+    FULL: "full search",
+    SIDE: "side position",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class SelfPlayConfig:
+    """Every knob of self-play. No defaults here: params.yaml's `selfplay` section is where they
+    live (stages.selfplay reads it into this)."""
+
+    full_visits: int  # the paper: 600 on 19x19
+    cheap_visits: int  # 100
+    full_probability: float  # 0.25
+    leaves_per_game: int  # leaves per slot per step (virtual loss)
+    search: S.SearchParams
+    noise_alpha_total: float  # Dirichlet alpha x legal moves (0.03 x 361 = 10.83)
+    noise_epsilon: float  # 0.25
+    temperature_start: float  # 0.8
+    temperature_end: float  # 0.2
+    opening_moves: float  # mean raw-policy opening moves as a fraction of the area (0.04)
+    board_sizes: tuple[tuple[int, float], ...]  # (size, weight)
+    rules: tuple[tuple[str, float], ...]  # (preset name, weight)
+    komi: tuple[tuple[int, float], ...]  # (size, fair komi); sizes not listed: 7.0
+    komi_stdev: float  # komi ~ N(fair, stdev), rounded to a half point
+    handicap_probability: float  # 0.05
+    early_fork_probability: float  # 0.05
+    early_fork_turn: float  # the forked turn ~ exponential, mean this x area
+    side_position_probability: float  # 0.025 per searched turn
+    decided_winrate: float  # 0.05
+    decided_turns: int  # 5
+    decided_visits: int  # full searches of a decided game
+    decided_weight: float  # weight of a decided game's rows
+    max_moves_per_area: float  # a game stops after this x area moves and is scored as it stands
+
+    def __post_init__(self):
+        def fail(what):
+            raise ValueError(f"selfplay config: {what}")
+
+        for name in ("full_visits", "cheap_visits", "decided_visits", "leaves_per_game"):
+            if getattr(self, name) < 1:
+                fail(f"{name} must be >= 1 (got {getattr(self, name)})")
+        for name in (
+            "full_probability",
+            "noise_epsilon",
+            "handicap_probability",
+            "early_fork_probability",
+            "side_position_probability",
+            "decided_winrate",
+            "decided_weight",
+        ):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                fail(f"{name} must be within 0..1 (got {value})")
+        if not self.board_sizes or any(not 2 <= s <= 19 or w < 0 for s, w in self.board_sizes):
+            fail(f"board_sizes must map sizes 2..19 to weights >= 0 (got {self.board_sizes})")
+        if sum(w for _, w in self.board_sizes) <= 0 or sum(w for _, w in self.rules) <= 0:
+            fail("board_sizes and rules need a positive total weight")
+        unknown = [name for name, _ in self.rules if name not in PRESETS]
+        if unknown:
+            fail(f"unknown rules {unknown}; presets: {sorted(PRESETS)}")
+        if self.max_moves_per_area <= 0 or self.temperature_end <= 0:
+            fail("max_moves_per_area and temperature_end must be > 0")
+
+    @property
+    def largest(self) -> int:
+        return max(s for s, w in self.board_sizes if w > 0)
+
+    @property
+    def max_visits(self) -> int:
+        return max(self.full_visits, self.cheap_visits, self.decided_visits)
+
+
+class UniformNet:
+    """Generation 0's network: an even game, and priors uniform over the legal moves up to a
+    random +-`jitter` factor (seeded), so that ties between moves break at random rather than
+    always towards the same corner."""
+
+    def __init__(self, seed: int = 0, jitter: float = 0.1):
+        self.rng = np.random.default_rng(seed)
+        self.jitter = jitter
+
+    def __call__(self, planes, glob, *, legal):
+        legal = np.asarray(legal, np.float32)
+        b = legal.shape[0]
+        value = np.zeros((b, 3), np.float32)
+        value[:, :2] = 0.5
+        policy = legal * (1.0 + self.jitter * self.rng.uniform(-1, 1, legal.shape))
+        total = policy.sum(axis=1, keepdims=True)  # 0 on a board with no legal move
+        return {
+            "policy": np.divide(policy, total, out=np.zeros_like(policy), where=total > 0),
+            "value": value,
+            "score_mean": np.zeros(b, np.float32),
+            "score_stdev": np.zeros(b, np.float32),
+        }
+
+
+@dataclasses.dataclass
+class GameInfo:
+    """One game's setting and, once over, its result."""
+
+    index: int  # the order in which games started (game ids derive from it)
+    size: int
+    rules: str
+    komi: float
+    handicap: int = 0
+    fork_turn: int = -1  # the early fork's turn, -1 for none
+    side_of: int = -1  # the game a side position came from (its index), -1 for none
+    black_lead: float = 0.0
+    moves: np.ndarray | None = None  # [moves] padded points
+    colors: np.ndarray | None = None
+    setup: list[tuple[int, int]] = dataclasses.field(default_factory=list)  # (color, point)
+    kinds: np.ndarray | None = None  # [moves] how each move was chosen
+    winrates: np.ndarray | None = None  # [moves] the mover's root win rate (NaN: no search)
+    visits: np.ndarray | None = None  # [moves] root visits
+    decided_at: int = -1  # the turn the game was decided, -1 if never
+
+
+@dataclasses.dataclass
+class FinishedGame:
+    """A finished game: its setting, its moves and its training rows (`rows`: column arrays,
+    board-local coordinates; see stages.rows for their meaning)."""
+
+    info: GameInfo
+    rows: dict[str, np.ndarray]
+    stride: int  # of the padded layout its moves are points of (gocore.board.point_xy)
+
+
+class Rows:
+    """Training rows of the games in progress, in growable column arrays; a game's rows leave
+    when it ends (with their outcome filled in)."""
+
+    def __init__(self, layout: int, capacity: int = 1024):
+        self.layout = layout
+        self.width = {
+            "planes": F.packed_length(layout),
+            "glob": F.N_GLOBALS,
+            "policy": layout * layout + 1,
+        }
+        self.dtypes = {
+            "slot_game": np.int64,
+            "turn": np.int32,
+            "to_move": np.int8,
+            "size": np.int8,
+            "planes": np.uint8,
+            "glob": np.float32,
+            "policy": np.float32,
+            "policy_weight": np.float32,
+            "value_weight": np.float32,
+            "next_move": np.int16,
+            "visits": np.int32,
+            "root_value": np.float32,
+            "root_score": np.float32,
+        }
+        self.count = 0
+        self.columns = self._alloc(capacity)
+
+    def _alloc(self, capacity):
+        return {
+            name: np.zeros((capacity, self.width[name]) if name in self.width else capacity, dt)
+            for name, dt in self.dtypes.items()
+        }
+
+    def append(self, **cols) -> np.ndarray:
+        """Add rows (equal-length columns); returns their indices."""
+        k = len(cols["turn"])
+        if self.count + k > len(self.columns["turn"]):
+            live = self.columns["slot_game"][: self.count] >= 0
+            kept = int(live.sum())
+            capacity = max(1024, 2 * (kept + k))
+            fresh = self._alloc(capacity)
+            for name, col in self.columns.items():
+                fresh[name][:kept] = col[: self.count][live]
+            self.columns, self.count = fresh, kept
+        idx = np.arange(self.count, self.count + k)
+        for name, value in cols.items():
+            self.columns[name][idx] = value
+        self.count += k
+        return idx
+
+    def take(self, game: int) -> dict[str, np.ndarray]:
+        """Remove and return the rows of one game, in turn order."""
+        idx = np.flatnonzero(self.columns["slot_game"][: self.count] == game)
+        out = {name: col[idx].copy() for name, col in self.columns.items()}
+        self.columns["slot_game"][idx] = -1
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernels over the slots (masked: only the slots that act this step)
+# ---------------------------------------------------------------------------------------------
+
+
+@driver
+def _play_some(b, moves, which, start, stop):
+    for g in range(start, stop):
+        if which[g]:
+            play(b, g, moves[g], b.to_move[g])
+
+
+@driver
+def _encode_some(b, w, which, planes, glob, start, stop):
+    for g in range(start, stop):
+        if which[g]:
+            F.encode(b, g, w, 0, planes[g], glob[g])
+
+
+@driver
+def _start_game(b, g, stones, first):
+    """Slot g: an empty board of its size (set by the caller), the setup stones, `first` to
+    move. Returns the first stone that could not be placed, -1 if none."""
+    reset(b, g)
+    for i in range(stones.shape[0]):
+        if setup_stone(b, g, stones[i, 0], stones[i, 1]) != LEGAL:
+            return i
+    set_to_move(b, g, first)
+    return -1
+
+
+@driver
+def _copy_game(src, gs, dst, gd):
+    dst.size[gd] = src.size[gs]
+    for i in range(src.rules.shape[1]):
+        dst.rules[gd, i] = src.rules[gs, i]
+    copy_game(src, gs, dst, gd)
+
+
+@driver
+def _final_score(b, g, dead, no_marks, owner):
+    return score(b, g, dead, no_marks, owner)
+
+
+def _cumulative_pick(weights: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """One index per row of weights [K, n], drawn in proportion (rows with no weight: 0)."""
+    cumulative = np.cumsum(weights, axis=1)
+    draws = rng.random(len(weights)) * cumulative[:, -1]
+    return np.minimum((cumulative < draws[:, None]).sum(axis=1), weights.shape[1] - 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# The driver
+# ---------------------------------------------------------------------------------------------
+
+
+class SelfPlay:
+    """Plays `games` games, `slots` at a time; iterate `run()` for the finished games."""
+
+    def __init__(
+        self,
+        config: SelfPlayConfig,
+        net: Callable,
+        *,
+        games: int,
+        slots: int,
+        seed: int,
+        on_step: Callable[[SelfPlay], None] | None = None,
+    ):
+        if games < 1 or slots < 1:
+            raise ValueError(f"games and slots must be >= 1 (got {games}, {slots})")
+        self.config = config
+        self.net = net
+        self.games = games
+        self.slots = slots = min(slots, games)
+        self.seed = seed
+        self.on_step = on_step
+        self.rng = np.random.default_rng(seed)
+        layout = config.largest
+        self.layout = layout
+        self.tensor = layout
+        area = layout * layout
+        self.max_moves = max(8, math.ceil(config.max_moves_per_area * area))
+        self.roots = new_boards(slots, layout, layout=layout, max_moves=self.max_moves + 1)
+        self.side_queue = new_boards(slots, layout, layout=layout, max_moves=self.max_moves + 1)
+        self.side_info: list[GameInfo] = []
+        leaves_per_game = config.leaves_per_game
+        self.leaves = S.new_leaves(self.roots, leaves_per_game)
+        cells = self.roots.color.shape[1]
+        max_nodes = config.max_visits + leaves_per_game + 2
+        self.tree = S.new_tree(slots, max_nodes, max_nodes * (area + 1), leaves_per_game, cells)
+        self.spare = S.new_tree(slots, max_nodes, max_nodes * (area + 1), leaves_per_game, cells)
+        self.leaf_work = F.new_work(self.leaves)
+        self.root_work = F.new_work(self.roots)
+        b = self.leaves.games
+        self.planes = np.zeros((b, F.N_PLANES, layout, layout), np.float32)
+        self.glob = np.zeros((b, F.N_GLOBALS), np.float32)
+        self.root_planes = np.zeros((slots, F.N_PLANES, layout, layout), np.float32)
+        self.root_glob = np.zeros((slots, F.N_GLOBALS), np.float32)
+        self.noise_rng = new_rng(slots, seed)
+        self.rows = Rows(layout)
+        # Per-slot state.
+        self.active = np.zeros(slots, np.bool_)
+        self.game = np.full(slots, -1, np.int64)  # index of the slot's game in self.info
+        self.kind = np.zeros(slots, np.int8)  # how the slot's current move is chosen
+        self.target = np.zeros(slots, np.int64)  # visits the current search needs
+        self.weight = np.ones(slots, np.float32)  # weight of the current search's row
+        self.noise_due = np.zeros(slots, np.bool_)
+        self.tree_full = np.zeros(slots, np.bool_)
+        self.opening_left = np.zeros(slots, np.int64)
+        self.losing_turns = np.zeros(slots, np.int64)
+        self.decided = np.zeros(slots, np.bool_)
+        self.force_full = np.zeros(slots, np.bool_)
+        self.side_spawned = np.zeros(slots, np.bool_)  # at most one side position per game
+        self.last_row = np.full(slots, -1, np.int64)
+        self.last_row_turn = np.full(slots, -1, np.int64)
+        self.raw_priors = np.zeros((slots, cells), np.float32)
+        m = self.max_moves + 1
+        self.move_kind = np.zeros((slots, m), np.int8)
+        self.move_winrate = np.full((slots, m), np.nan, np.float32)
+        self.move_visits = np.zeros((slots, m), np.int32)
+        self.info: list[GameInfo] = []
+        self.started = 0
+        self.finished = 0
+        # Counters for progress and metrics.
+        self.steps = 0
+        self.visits_done = 0
+        self.moves_done = 0
+        self.evaluations = 0
+        # Board-local index maps: padded point of (row-major) index i of a size x size board,
+        # PASS last.
+        self.local_points = {
+            n: np.array(
+                [point(self.roots.stride, x, y) for y in range(n) for x in range(n)] + [PASS]
+            )
+            for n in range(2, layout + 1)
+        }
+
+    # -- games ---------------------------------------------------------------------------------
+
+    def _draw_game(self) -> GameInfo:
+        c = self.config
+        rng = self.rng
+        sizes, size_w = zip(*c.board_sizes, strict=True)
+        size = int(sizes[_cumulative_pick(np.array([size_w], float), rng)[0]])
+        names, rule_w = zip(*c.rules, strict=True)
+        rules = names[_cumulative_pick(np.array([rule_w], float), rng)[0]]
+        fair = dict(c.komi).get(size, 7.0)
+        komi = round(2 * rng.normal(fair, c.komi_stdev)) / 2 if c.komi_stdev > 0 else fair
+        handicap = 0
+        if rng.random() < c.handicap_probability and max_fixed_handicap(size) >= 2:
+            handicap = int(rng.integers(2, max_fixed_handicap(size) + 1))
+        fork_turn = -1
+        if rng.random() < c.early_fork_probability:
+            fork_turn = int(rng.exponential(c.early_fork_turn * size * size))
+        return GameInfo(
+            index=-1, size=size, rules=rules, komi=float(komi), handicap=handicap,
+            fork_turn=fork_turn,
+        )  # fmt: skip
+
+    def _start(self, g: int) -> bool:
+        """Put the next game in slot g (a queued side position first); False if none is left."""
+        if self.started >= self.games:
+            self.active[g] = False
+            return False
+        if self.side_info:
+            info = self.side_info.pop()  # the queue is a stack: slot len(side_info) is its top
+            _copy_game(self.side_queue, len(self.side_info), self.roots, g)
+            self.force_full[g] = True
+            self.opening_left[g] = 0
+        else:
+            info = self._draw_game()
+            stride = self.roots.stride
+            stones = [
+                (point(stride, x, y), BLACK)
+                for x, y in (
+                    fixed_handicap_points(info.size, info.handicap) if info.handicap else []
+                )
+            ]
+            info.setup = [(BLACK, p) for p, _ in stones]
+            self.roots.size[g] = info.size
+            self.roots.rules[g] = PRESETS[info.rules].with_komi(info.komi).as_row()
+            bad = _start_game(
+                self.roots, g, np.array(stones, np.int64).reshape(-1, 2),
+                WHITE if stones else BLACK,
+            )  # fmt: skip
+            if bad >= 0:
+                raise RuntimeError(f"handicap stone {stones[bad]} of a {info.size} board refused")
+            self.force_full[g] = False
+            mean = self.config.opening_moves * info.size * info.size
+            self.opening_left[g] = int(self.rng.exponential(mean)) if mean > 0 else 0
+        info.index = self.started
+        self.info.append(info)
+        self.started += 1
+        self.game[g] = info.index
+        self.active[g] = True
+        self.losing_turns[g] = 0
+        self.decided[g] = False
+        self.side_spawned[g] = False
+        self.last_row[g] = -1
+        self.last_row_turn[g] = -1
+        self.move_kind[g] = 0
+        self.move_winrate[g] = np.nan
+        self.move_visits[g] = 0
+        if info.kinds is not None:  # a side position: the moves it inherits
+            k = len(info.kinds)
+            self.move_kind[g, :k] = info.kinds
+            self.move_winrate[g, :k] = info.winrates
+            self.move_visits[g, :k] = info.visits
+        return True
+
+    def _leaf_rules(self):
+        """The leaf boards take their slot's size and rules."""
+        per = self.config.leaves_per_game
+        self.leaves.size[:] = np.repeat(self.roots.size, per)
+        self.leaves.rules[:] = np.repeat(self.roots.rules, per, axis=0)
+
+    # -- searches ------------------------------------------------------------------------------
+
+    def _begin_moves(self, which: np.ndarray) -> None:
+        """Choose how each slot in `which` picks its next move and set up that search."""
+        c = self.config
+        k = int(which.sum())
+        if k == 0:
+            return
+        idx = np.flatnonzero(which)
+        turn = self.roots.move_count[idx]
+        fork_turn = np.array([self.info[self.game[g]].fork_turn for g in idx])
+        kind = np.where(self.rng.random(k) < c.full_probability, FULL, CHEAP)
+        kind = np.where(self.force_full[idx], FULL, kind)
+        kind = np.where(self.opening_left[idx] > 0, RAW_POLICY, kind)
+        kind = np.where(turn == fork_turn, FORK, kind)
+        self.force_full[idx] = False
+        visits = np.where(kind == FULL, c.full_visits, c.cheap_visits)
+        visits = np.where((kind == FULL) & self.decided[idx], c.decided_visits, visits)
+        visits = np.where((kind == RAW_POLICY) | (kind == FORK), 1, visits)
+        self.kind[idx] = kind
+        self.target[idx] = visits
+        self.weight[idx] = np.where(self.decided[idx], c.decided_weight, 1.0)
+        self.tree.explore[idx] = kind == FULL
+        self.noise_due[idx] = kind == FULL
+        self.tree_full[idx] = False
+        # The score utility's centre: the root's expected score now (NaN for a fresh root: set
+        # after its first evaluation).
+        _, _, black_lead = S.root_values(self.tree)
+        self.tree.centre[idx] = black_lead[idx]
+        if self.noise_due.any():
+            # A reused root is expanded already: its noise goes on now.
+            self._apply_noise()
+
+    def _apply_noise(self) -> None:
+        ready = self.noise_due & (self.tree.first_edge[:, S.ROOT] >= 0)
+        if not ready.any():
+            return
+        priors = S.root_priors_all(self.tree, self.roots.color.shape[1])
+        self.raw_priors[ready] = priors[ready]
+        S.add_noise_all(
+            self.tree,
+            self.noise_rng,
+            ready,
+            alpha_total=self.config.noise_alpha_total,
+            epsilon=self.config.noise_epsilon,
+        )
+        self.noise_due &= ~ready
+
+    def _evaluate(self, leaves: Boards):
+        """One network call for every leaf board; returns the search's leaf values."""
+        c = self.config
+        symmetry = self.rng.integers(0, 8, leaves.games)
+        F.encode_all(leaves, self.leaf_work, self.planes, self.glob, symmetry)
+        legal = F.legal_tensor_all(leaves, self.tensor, symmetry)
+        out = self.net(self.planes, self.glob, legal=legal)
+        self.evaluations += leaves.games
+        policy = F.policy_all(leaves, np.asarray(out["policy"], np.float32), symmetry)
+        value = np.asarray(out["value"], np.float32)
+        win = value[:, 0] - value[:, 1]
+        mover = np.where(leaves.to_move == BLACK, 1.0, -1.0)
+        black_mean = mover * np.asarray(out["score_mean"], np.float64)
+        per = c.leaves_per_game
+        centre = np.repeat(self.tree.centre, per)
+        utility = win + S.expected_score_utility(
+            black_mean,
+            np.asarray(out["score_stdev"], np.float64),
+            centre,
+            leaves.size,
+            leaves.to_move,
+            c.search.score_utility,
+        )
+        return policy, utility, win, black_mean.astype(np.float32)
+
+    def step(self) -> list[FinishedGame]:
+        """One lockstep step: finish the searches that are done (moves, rows, game ends), then
+        one batch of leaves for every searching slot. Returns the games that ended."""
+        if self.steps == 0:
+            for g in range(self.slots):
+                self._start(g)
+            self._leaf_rules()
+            self._begin_moves(self.active.copy())
+        finished = self._finish_moves()
+        t = self.tree
+        budget = np.where(
+            self.active,
+            np.clip(self.target - t.visits[:, S.ROOT], 0, self.config.leaves_per_game),
+            0,
+        )
+        if budget.any():
+            before = int(t.visits[:, S.ROOT].sum())
+            S.select_all(t, self.roots, self.leaves, self.config.search, budget)
+            self.tree_full |= (budget > 0) & (t.leaf < 0).all(axis=1)
+            S.expand_and_backup_all(t, self.leaves, *self._evaluate(self.leaves))
+            self.visits_done += int(t.visits[:, S.ROOT].sum()) - before
+            fresh = np.isnan(t.centre) & (t.visits[:, S.ROOT] > 0)
+            if fresh.any():
+                _, _, black_lead = S.root_values(t)
+                t.centre[fresh] = black_lead[fresh]
+            if self.noise_due.any():
+                self._apply_noise()
+        self.steps += 1
+        if self.on_step is not None:
+            self.on_step(self)
+        return finished
+
+    def run(self) -> Iterator[FinishedGame]:
+        """Step until every game has finished, yielding each as it ends."""
+        while self.finished < self.games:
+            yield from self.step()
+            if not self.active.any() and self.finished < self.games:
+                raise RuntimeError("self-play stalled: no active slot and games left")
+
+    # -- moves ---------------------------------------------------------------------------------
+
+    def _finish_moves(self) -> list[FinishedGame]:
+        t = self.tree
+        done = self.active & ((t.visits[:, S.ROOT] >= self.target) | self.tree_full)
+        if not done.any():
+            return []
+        c = self.config
+        cells = self.roots.color.shape[1]
+        idx = np.flatnonzero(done)
+        kind = self.kind[idx]
+        searched = (kind == FULL) | (kind == CHEAP)
+        _, win, black_lead = S.root_values(t)
+        # Move choice.
+        targets, kept = S.policy_targets_all(t, c.search, cells)
+        turn = self.roots.move_count[idx].astype(np.int64)
+        moves = np.zeros(len(idx), np.int64)
+        if searched.any():
+            s_idx = idx[searched]
+            weights = np.where(kept[s_idx, None] > 0, targets[s_idx], 0.0)
+            no_target = kept[s_idx] <= 0
+            if no_target.any():  # a tree with no visit below the root: take the prior
+                weights[no_target] = S.root_priors_all(t, cells)[s_idx[no_target]]
+            moves[searched] = S.choose_moves(
+                weights,
+                turn[searched],
+                self.roots.size[s_idx],
+                self.rng,
+                start=c.temperature_start,
+                end=c.temperature_end,
+            )
+        other = ~searched
+        if other.any():
+            o_idx = idx[other]
+            priors = S.root_priors_all(t, cells)[o_idx]
+            uniform = (priors > 0).astype(np.float64)
+            uniform[:, PASS] = 0.0  # an early fork plays on the board
+            uniform[uniform.sum(axis=1) == 0, PASS] = 1.0
+            weights = np.where((kind[other] == FORK)[:, None], uniform, priors)
+            moves[other] = _cumulative_pick(weights, self.rng)
+        # The previous turn's row gets this move as its opponent's reply.
+        prev = self.last_row[idx]
+        follows = (prev >= 0) & (self.last_row_turn[idx] == turn - 1)
+        if follows.any():
+            sizes = self.roots.size[idx[follows]]
+            self.rows.columns["next_move"][prev[follows]] = self._local(moves[follows], sizes)
+        # Rows of the searched moves.
+        if searched.any():
+            self._record_rows(idx[searched], targets, kept, win, black_lead)
+            self.last_row_turn[idx[searched]] = turn[searched]
+        # Side positions: a searched turn may spawn a game on a move from the raw policy.
+        self._spawn_sides(idx, kind, moves)
+        # The resignation-free bookkeeping.
+        if searched.any():
+            s_idx = idx[searched]
+            rate = (1.0 + win[s_idx]) / 2.0
+            losing = np.minimum(rate, 1.0 - rate) < c.decided_winrate
+            self.losing_turns[s_idx] = np.where(losing, self.losing_turns[s_idx] + 1, 0)
+            newly = ~self.decided[s_idx] & (self.losing_turns[s_idx] >= c.decided_turns)
+            for g in s_idx[newly]:
+                self.info[self.game[g]].decided_at = int(self.roots.move_count[g])
+            self.decided[s_idx] |= self.losing_turns[s_idx] >= c.decided_turns
+        # Per-move records for the SGF.
+        self.move_kind[idx, turn] = kind
+        self.move_winrate[idx, turn] = np.where(searched, (1.0 + win[idx]) / 2.0, np.nan)
+        self.move_visits[idx, turn] = t.visits[idx, S.ROOT]
+        self.opening_left[idx] = np.maximum(self.opening_left[idx] - (kind == RAW_POLICY), 0)
+        # Play, keep the subtree.
+        all_moves = np.zeros(self.slots, np.int64)
+        all_moves[idx] = moves
+        over_games(_play_some, self.slots, self.roots, all_moves, done)
+        S.reroot_some(t, self.spare, all_moves, done)
+        self.moves_done += len(idx)
+        # Game ends.
+        over = done & ((self.roots.passes >= 2) | (self.roots.move_count >= self.max_moves))
+        finished = [self._end_game(g) for g in np.flatnonzero(over)]
+        for g in np.flatnonzero(over):
+            S.reset_some(t, np.arange(self.slots) == g)
+            self._start(g)
+        if over.any():
+            self._leaf_rules()
+        self._begin_moves(done & self.active)
+        return finished
+
+    def _local(self, moves: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+        """Padded points -> board-local indices (row-major, pass = size * size)."""
+        stride = self.roots.stride
+        x = moves % stride - 1
+        y = moves // stride - 1
+        return np.where(moves == PASS, sizes * sizes, y * sizes + x).astype(np.int16)
+
+    def _record_rows(self, s_idx, targets, kept, win, black_lead) -> None:
+        which = np.zeros(self.slots, np.bool_)
+        which[s_idx] = True
+        over_games(
+            _encode_some, self.slots, self.roots, self.root_work, which, self.root_planes,
+            self.root_glob,
+        )  # fmt: skip
+        sizes = self.roots.size[s_idx]
+        packed = np.zeros((len(s_idx), F.packed_length(self.layout)), np.uint8)
+        policy = np.zeros((len(s_idx), self.layout * self.layout + 1), np.float32)
+        for n in np.unique(sizes):
+            rows = sizes == n
+            packed[rows, : F.packed_length(n)] = F.pack_planes(self.root_planes[s_idx[rows]], n)
+            policy[rows, : n * n + 1] = targets[s_idx[rows]][:, self.local_points[n]]
+        full = (self.kind[s_idx] == FULL) & (kept[s_idx] > 0)
+        weight = self.weight[s_idx]
+        mover = np.where(self.roots.to_move[s_idx] == BLACK, 1.0, -1.0)
+        new = self.rows.append(
+            slot_game=self.game[s_idx],
+            turn=self.roots.move_count[s_idx],
+            to_move=self.roots.to_move[s_idx],
+            size=sizes,
+            planes=packed,
+            glob=self.root_glob[s_idx],
+            policy=policy,
+            policy_weight=np.where(full, weight, 0.0),
+            value_weight=weight,
+            next_move=np.full(len(s_idx), -1),
+            visits=self.tree.visits[s_idx, S.ROOT],
+            root_value=win[s_idx],
+            root_score=mover * black_lead[s_idx],
+        )
+        self.last_row[s_idx] = new
+
+    def _spawn_sides(self, idx, kind, moves) -> None:
+        c = self.config
+        if c.side_position_probability <= 0:
+            return
+        searched = (kind == FULL) | (kind == CHEAP)
+        draw = self.rng.random(len(idx)) < c.side_position_probability
+        for i in np.flatnonzero(searched & draw & ~self.side_spawned[idx]):
+            g = idx[i]
+            if (
+                len(self.side_info) >= self.slots
+                or self.started + len(self.side_info) >= self.games
+            ):
+                return
+            # The raw policy (before noise) at temperature 1, 2 or infinity (70/25/5%),
+            # without the move the search chose.
+            if kind[i] == FULL:
+                priors = self.raw_priors[g].astype(np.float64)
+            else:
+                priors = S.root_priors_all(self.tree, self.roots.color.shape[1])[g].astype(
+                    np.float64
+                )
+            u = self.rng.random()
+            priors = priors if u < 0.7 else np.sqrt(priors) if u < 0.95 else (priors > 0) * 1.0
+            priors[moves[i]] = 0.0
+            if priors.sum() <= 0:
+                continue
+            alternative = int(_cumulative_pick(priors[None, :], self.rng)[0])
+            self.side_spawned[g] = True
+            q = len(self.side_info)
+            _copy_game(self.roots, g, self.side_queue, q)
+            play(self.side_queue, q, alternative, self.side_queue.to_move[q])
+            parent = self.info[self.game[g]]
+            turn = int(self.roots.move_count[g])
+            self.side_info.append(
+                GameInfo(
+                    index=-1,
+                    size=parent.size,
+                    rules=parent.rules,
+                    komi=parent.komi,
+                    handicap=parent.handicap,
+                    side_of=parent.index,
+                    setup=list(parent.setup),
+                    kinds=np.append(self.move_kind[g, :turn], np.int8(SIDE)),
+                    winrates=np.append(self.move_winrate[g, :turn], np.float32(np.nan)),
+                    visits=np.append(self.move_visits[g, :turn], np.int32(0)),
+                )  # fmt: skip
+            )
+
+    def _end_game(self, g: int) -> FinishedGame:
+        """Score slot g's game (stones in the opponent's pass-alive area are dead), fill in its
+        rows' outcomes and return it."""
+        info = self.info[self.game[g]]
+        area = F.pass_alive_all(self.roots, self.root_work)[g]
+        color = self.roots.color[g]
+        dead = ((color == BLACK) & (area & F.AREA_WHITE > 0)) | (
+            (color == WHITE) & (area & F.AREA_BLACK > 0)
+        )
+        owner = np.zeros(color.shape, np.int8)
+        black_lead = float(_final_score(self.roots, g, dead, np.zeros_like(dead), owner))
+        n = int(self.roots.size[g])
+        moves_played = int(self.roots.move_count[g])
+        info.black_lead = black_lead
+        info.moves = self.roots.moves[g, :moves_played].copy()
+        info.colors = self.roots.move_colors[g, :moves_played].copy()
+        info.kinds = self.move_kind[g, :moves_played].copy()
+        info.winrates = self.move_winrate[g, :moves_played].copy()
+        info.visits = self.move_visits[g, :moves_played].copy()
+        rows = self.rows.take(info.index)
+        mover = np.where(rows["to_move"] == BLACK, 1, -1)
+        black_outcome = int(np.sign(black_lead))
+        rows["outcome"] = (mover * black_outcome).astype(np.int8)
+        rows["final_score"] = (mover * black_lead).astype(np.float32)
+        local = owner[self.local_points[n][:-1]]
+        black_own = np.where(local == BLACK, 1, np.where(local == WHITE, -1, 0)).astype(np.int8)
+        ownership = np.zeros((len(mover), self.layout * self.layout), np.int8)
+        ownership[:, : n * n] = mover[:, None] * black_own[None, :]
+        rows["ownership"] = ownership  # padded to the layout, as the other board-wide columns
+        self.finished += 1
+        self.active[g] = False
+        return FinishedGame(info=info, rows=rows, stride=self.roots.stride)

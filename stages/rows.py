@@ -1,0 +1,154 @@
+"""The training row: one self-play position, as a Parquet row. The schema lives here only;
+the self-play writer and every reader (shuffle, train) use it.
+
+Coordinates are the board's own: point (x, y) of an n x n board is index y * n + x (y = 0
+the top row), a pass is index n * n. Values are from the side of the player to move.
+
+| column          | type            | meaning                                                     |
+|-----------------|-----------------|-------------------------------------------------------------|
+| game_id         | string          | unique per game: g<generation>-s<seed>-<index>              |
+| generation      | int32           | the self-play generation that played it                     |
+| model_id        | string          | the network that played it ("uniform" at generation 0)      |
+| turn            | int16           | moves played before this position (passes included)       |
+| board_size      | int8            | n                                                           |
+| rules           | string          | the rules preset (gocore.rules.PRESETS)                     |
+| komi            | float32         | the game's komi                                             |
+| to_move         | int8            | 1 Black, 2 White                                            |
+| planes          | binary          | the 18 input planes, bit-packed (gocore.features.pack_planes)|
+| globals         | float32[10]     | the 10 global inputs                                        |
+| policy_target   | list<float32>   | n * n + 1: the root's visits after pruning, summing to 1    |
+| policy_weight   | float32         | 1 for a full search (decided games less), 0 for a cheap one |
+| opponent_move   | int16           | the opponent's reply (its index), -1 if the game ended      |
+| outcome         | int8            | 1 win, -1 loss, 0 draw for the player to move               |
+| final_score     | float32         | the final score, the player to move's lead                  |
+| ownership       | list<int8>      | n * n: 1 the player to move's, -1 the opponent's, 0 neither |
+| value_weight    | float32         | 1, or the decided-game weight                               |
+| visits          | int32           | the root's visits                                           |
+| root_value      | float32         | the search's win value at the root, -1..1                   |
+| root_score      | float32         | the search's expected lead at the root                      |
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from gocore.features import N_GLOBALS, packed_length
+
+SCHEMA_VERSION = "1"
+
+SCHEMA = pa.schema(
+    [
+        pa.field("game_id", pa.string(), nullable=False),
+        pa.field("generation", pa.int32(), nullable=False),
+        pa.field("model_id", pa.string(), nullable=False),
+        pa.field("turn", pa.int16(), nullable=False),
+        pa.field("board_size", pa.int8(), nullable=False),
+        pa.field("rules", pa.string(), nullable=False),
+        pa.field("komi", pa.float32(), nullable=False),
+        pa.field("to_move", pa.int8(), nullable=False),
+        pa.field("planes", pa.binary(), nullable=False),
+        pa.field("globals", pa.list_(pa.float32(), N_GLOBALS), nullable=False),
+        pa.field("policy_target", pa.list_(pa.float32()), nullable=False),
+        pa.field("policy_weight", pa.float32(), nullable=False),
+        pa.field("opponent_move", pa.int16(), nullable=False),
+        pa.field("outcome", pa.int8(), nullable=False),
+        pa.field("final_score", pa.float32(), nullable=False),
+        pa.field("ownership", pa.list_(pa.int8()), nullable=False),
+        pa.field("value_weight", pa.float32(), nullable=False),
+        pa.field("visits", pa.int32(), nullable=False),
+        pa.field("root_value", pa.float32(), nullable=False),
+        pa.field("root_score", pa.float32(), nullable=False),
+    ],
+    metadata={"tengen.rows": SCHEMA_VERSION},
+)
+
+
+class ShardError(ValueError):
+    """A Parquet shard that cannot be used: missing, truncated, corrupt, or another schema."""
+
+
+def _lists(values: np.ndarray, widths: np.ndarray, arrow_type) -> pa.Array:
+    """Rows of a padded 2-D array, each cut to its own width, as an Arrow list column."""
+    offsets = np.concatenate([[0], np.cumsum(widths)]).astype(np.int32)
+    keep = np.arange(values.shape[1])[None, :] < widths[:, None]
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values[keep], arrow_type))
+
+
+def table_from_columns(cols: dict[str, np.ndarray], *, game_ids, generation, model_id, rules, komi):
+    """A table in SCHEMA from the column arrays of gocore.selfplay (padded to the largest
+    board) plus each row's game id, rules name and komi."""
+    sizes = cols["size"].astype(np.int64)
+    planes = cols["planes"]
+    packed = [planes[i, : packed_length(int(n))].tobytes() for i, n in enumerate(sizes)]
+    return pa.table(
+        {
+            "game_id": pa.array(game_ids, pa.string()),
+            "generation": pa.array(np.full(len(sizes), generation, np.int32)),
+            "model_id": pa.array([model_id] * len(sizes), pa.string()),
+            "turn": pa.array(cols["turn"].astype(np.int16)),
+            "board_size": pa.array(sizes.astype(np.int8)),
+            "rules": pa.array(rules, pa.string()),
+            "komi": pa.array(np.asarray(komi, np.float32)),
+            "to_move": pa.array(cols["to_move"].astype(np.int8)),
+            "planes": pa.array(packed, pa.binary()),
+            "globals": pa.FixedSizeListArray.from_arrays(
+                pa.array(cols["glob"].astype(np.float32).ravel()), N_GLOBALS
+            ),
+            "policy_target": _lists(cols["policy"], sizes * sizes + 1, pa.float32()),
+            "policy_weight": pa.array(cols["policy_weight"].astype(np.float32)),
+            "opponent_move": pa.array(cols["next_move"].astype(np.int16)),
+            "outcome": pa.array(cols["outcome"].astype(np.int8)),
+            "final_score": pa.array(cols["final_score"].astype(np.float32)),
+            "ownership": _lists(cols["ownership"], sizes * sizes, pa.int8()),
+            "value_weight": pa.array(cols["value_weight"].astype(np.float32)),
+            "visits": pa.array(cols["visits"].astype(np.int32)),
+            "root_value": pa.array(cols["root_value"].astype(np.float32)),
+            "root_score": pa.array(cols["root_score"].astype(np.float32)),
+        },
+        schema=SCHEMA,
+    )
+
+
+def write_shard(table: pa.Table, path: str | Path) -> Path:
+    """Write atomically (a temporary file in the same folder, then a rename)."""
+    if not table.schema.equals(SCHEMA, check_metadata=False):
+        raise ValueError(f"{path}: table does not have the rows schema")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        pq.write_table(table, tmp, compression="zstd")
+        os.replace(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    return path
+
+
+def read_shard(path: str | Path, columns: list[str] | None = None) -> pa.Table:
+    """Read one shard, checking it is whole and has this schema; ShardError naming the file."""
+    path = Path(path)
+    try:
+        table = pq.read_table(path, columns=columns)
+    except FileNotFoundError:
+        raise ShardError(f"shard {path} does not exist") from None
+    except (pa.ArrowException, OSError) as e:
+        raise ShardError(f"shard {path} is corrupt or truncated: {e}") from None
+    expected = SCHEMA if columns is None else pa.schema([SCHEMA.field(c) for c in columns])
+    if not table.schema.equals(expected, check_metadata=False):
+        raise ShardError(
+            f"shard {path} does not have the rows schema (version {SCHEMA_VERSION}): "
+            f"got {table.schema}"
+        )
+    return table
+
+
+def list_shards(folder: str | Path) -> list[Path]:
+    """The shards of a folder, in order (part-0.parquet, part-1.parquet, ...)."""
+    return sorted(Path(folder).glob("part-*.parquet"), key=lambda p: int(p.stem.split("-", 1)[1]))

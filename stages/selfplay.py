@@ -1,0 +1,400 @@
+"""The self-play stage: the champion net (uniform priors at generation 0) plays `games` games
+against itself; out come Parquet shards of training rows, one SGF per game and a metrics JSON.
+
+    python -m stages.selfplay --generation N [--model models/champion.pt]
+        [--out data/selfplay/gen-N] [--metrics reports/selfplay/gen-N.json] [--params params.yaml]
+
+Everything lands in a temporary folder next to `--out` that is renamed into place at the end,
+so a killed run leaves no half-written generation. The same seed and inputs give the same
+shards on the CPU (params `selfplay.seed` with the generation number).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from pydantic import Field
+
+from gocore import search as S
+from gocore.board import BLACK, PASS, point_xy
+from gocore.selfplay import (
+    CHEAP,
+    FULL,
+    KIND_NAMES,
+    FinishedGame,
+    SelfPlay,
+    SelfPlayConfig,
+    UniformNet,
+)
+from gocore.sgf import GameRecord, save_sgf
+from stages.params import DEFAULT_PATH, ParamsError, Section, device_of, load_params, section
+from stages.rows import SCHEMA, table_from_columns, write_shard
+
+Probability = Field(ge=0.0, le=1.0)
+
+
+class SearchSection(Section):
+    c_puct: float = Field(gt=0)
+    puct_exponent: float = Field(gt=0, le=1)
+    fpu_reduction: float = Field(ge=0)
+    root_fpu_reduction: float = Field(ge=0)
+    forced_playouts_k: float = Field(ge=0)
+    virtual_loss: float = Field(ge=0)
+    score_utility: float = Field(ge=0)
+
+
+class SelfPlayParams(Section):
+    """params.yaml `selfplay:` (see the comments there)."""
+
+    games: int = Field(ge=1)
+    slots: int = Field(ge=1)
+    leaves_per_game: int = Field(ge=1, le=64)
+    seed: int
+    rows_per_shard: int = Field(ge=1)
+    full_visits: int = Field(ge=1)
+    cheap_visits: int = Field(ge=1)
+    full_probability: float = Probability
+    search: SearchSection
+    noise_alpha_total: float = Field(gt=0)
+    noise_epsilon: float = Probability
+    temperature_start: float = Field(gt=0)
+    temperature_end: float = Field(gt=0)
+    opening_moves: float = Field(ge=0)
+    board_sizes: dict[int, float] = Field(min_length=1)
+    rules: dict[str, float] = Field(min_length=1)
+    komi: dict[int, float]
+    komi_stdev: float = Field(ge=0)
+    handicap_probability: float = Probability
+    early_fork_probability: float = Probability
+    early_fork_turn: float = Field(ge=0)
+    side_position_probability: float = Probability
+    decided_winrate: float = Probability
+    decided_turns: int = Field(ge=1)
+    decided_visits: int = Field(ge=1)
+    decided_weight: float = Probability
+    max_moves_per_area: float = Field(gt=0)
+
+    def config(self) -> SelfPlayConfig:
+        return SelfPlayConfig(
+            full_visits=self.full_visits,
+            cheap_visits=self.cheap_visits,
+            full_probability=self.full_probability,
+            leaves_per_game=self.leaves_per_game,
+            search=S.SearchParams(**self.search.model_dump()),
+            noise_alpha_total=self.noise_alpha_total,
+            noise_epsilon=self.noise_epsilon,
+            temperature_start=self.temperature_start,
+            temperature_end=self.temperature_end,
+            opening_moves=self.opening_moves,
+            board_sizes=tuple(sorted(self.board_sizes.items())),
+            rules=tuple(self.rules.items()),
+            komi=tuple(sorted(self.komi.items())),
+            komi_stdev=self.komi_stdev,
+            handicap_probability=self.handicap_probability,
+            early_fork_probability=self.early_fork_probability,
+            early_fork_turn=self.early_fork_turn,
+            side_position_probability=self.side_position_probability,
+            decided_winrate=self.decided_winrate,
+            decided_turns=self.decided_turns,
+            decided_visits=self.decided_visits,
+            decided_weight=self.decided_weight,
+            max_moves_per_area=self.max_moves_per_area,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class SelfPlayIO:
+    generation: int
+    out: Path  # data/selfplay/gen-N: part-K.parquet and sgf/
+    metrics: Path  # reports/selfplay/gen-N.json
+    model: Path | None = None  # the champion checkpoint; None: uniform priors (generation 0)
+    device: str = "cpu"  # where the network runs
+
+
+def prepare(
+    params_path: str | Path,
+    generation: int,
+    *,
+    model: str | Path | None = None,
+    out: str | Path | None = None,
+    metrics: str | Path | None = None,
+    games: int | None = None,
+) -> tuple[SelfPlayParams, SelfPlayIO]:
+    """The stage's parameters and paths (defaults: data/selfplay/gen-N and
+    reports/selfplay/gen-N.json), checked before any game is played."""
+    raw = load_params(params_path)
+    params = section(raw, "selfplay", SelfPlayParams, source=params_path)
+    if games is not None:
+        params = params.model_copy(update={"games": games})
+    if model is not None and not Path(model).is_file():
+        raise ParamsError(f"selfplay: model {model} does not exist (the promote stage writes it)")
+    io = SelfPlayIO(
+        generation=generation,
+        out=Path(out or f"data/selfplay/gen-{generation}"),
+        metrics=Path(metrics or f"reports/selfplay/gen-{generation}.json"),
+        model=Path(model) if model is not None else None,
+        device=device_of(raw, params_path),
+    )
+    return params, io
+
+
+def game_seed(seed: int, generation: int) -> int:
+    """The run's seed for one generation: independent streams, fixed by (seed, generation)."""
+    return int(np.random.SeedSequence([seed, generation]).generate_state(1, np.uint64)[0] >> 1)
+
+
+def load_net(model: Path | None, device: str, seed: int = 0):
+    """(the network as gocore's evaluator, its model id)."""
+    if model is None:
+        return UniformNet(seed), "uniform"
+    from nets.checkpoint import load
+    from nets.evaluator import Evaluator
+
+    net, meta = load(model, device=device)
+    model_id = meta.get("model_id")
+    if not model_id:
+        digest = hashlib.sha256(Path(model).read_bytes()).hexdigest()[:12]
+        model_id = f"{net.config.name}-{digest}"
+    return Evaluator(net, device=device), str(model_id)
+
+
+def sgf_record(game: FinishedGame, game_id: str, model_id: str, generation: int) -> GameRecord:
+    info = game.info
+    n = info.size
+    moves, comments = [], []
+    for i, (color, p) in enumerate(zip(info.colors, info.moves, strict=True)):
+        moves.append((int(color), None if p == PASS else point_xy(game.stride, int(p))))
+        kind = int(info.kinds[i])
+        text = KIND_NAMES[kind]
+        if kind in (FULL, CHEAP):
+            rate = float(info.winrates[i])
+            black = rate if color == BLACK else 1.0 - rate
+            text += f": {int(info.visits[i])} visits, Black wins {black:.1%}"
+        comments.append(text)
+    lead = info.black_lead
+    result = "0" if lead == 0 else f"B+{lead:g}" if lead > 0 else f"W+{-lead:g}"
+    root = [f"tengen self-play, generation {generation}, game {game_id}, model {model_id}"]
+    if info.side_of >= 0:
+        root.append(f"side position of game {info.side_of}")
+    if info.fork_turn >= 0:
+        root.append(f"early fork at turn {info.fork_turn}")
+    if info.decided_at >= 0:
+        root.append(f"decided at turn {info.decided_at} (fewer visits, rows down-weighted)")
+    return GameRecord(
+        size=n,
+        komi=info.komi,
+        rules=info.rules,
+        handicap=info.handicap,
+        setup=[(c, point_xy(game.stride, p)) for c, p in info.setup],
+        moves=moves,
+        comments=comments,
+        result=result,
+        black=f"tengen {model_id}",
+        white=f"tengen {model_id}",
+        root_comment="; ".join(root),
+    )
+
+
+class _Progress:
+    """A progress line: games done, moves/s, visits/s (rich, when a terminal is attached)."""
+
+    def __init__(self, games: int, enabled: bool):
+        self.enabled = enabled and sys.stderr.isatty()
+        self.start = time.perf_counter()
+        self.last = 0.0
+        self.bar = None
+        if self.enabled:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+            self.bar = Progress(
+                TextColumn("self-play"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[rates]}"),
+                transient=False,
+            )
+            self.task = self.bar.add_task("games", total=games, rates="")
+            self.bar.start()
+
+    def __call__(self, sp: SelfPlay) -> None:
+        now = time.perf_counter()
+        if self.bar is None or now - self.last < 0.5:
+            return
+        self.last = now
+        elapsed = now - self.start
+        rates = f"{sp.moves_done / elapsed:,.0f} moves/s  {sp.visits_done / elapsed:,.0f} visits/s"
+        self.bar.update(self.task, completed=sp.finished, rates=rates)
+
+    def close(self, sp: SelfPlay) -> None:
+        if self.bar is not None:
+            self.last = 0.0
+            self(sp)
+            self.bar.stop()
+
+
+def run(params: SelfPlayParams, io: SelfPlayIO, *, progress: bool = True) -> dict:
+    """Play the generation's games; write shards, SGFs and metrics. Returns the metrics."""
+    seed = game_seed(params.seed, io.generation)
+    net, model_id = load_net(io.model, io.device, seed)
+    config = params.config()
+    sp = SelfPlay(config, net, games=params.games, slots=params.slots, seed=seed)
+    bar = _Progress(params.games, progress)
+    sp.on_step = bar
+    out = Path(io.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
+    start = time.perf_counter()
+    try:
+        pending: list[tuple[FinishedGame, str]] = []
+        pending_rows = 0
+        shard = 0
+        stats = _Stats()
+        for game in sp.run():
+            game_id = f"g{io.generation}-s{params.seed}-{game.info.index:06d}"
+            save_sgf(
+                sgf_record(game, game_id, model_id, io.generation), tmp / "sgf" / f"{game_id}.sgf"
+            )
+            stats.add(game)
+            pending.append((game, game_id))
+            pending_rows += len(game.rows["turn"])
+            if pending_rows >= params.rows_per_shard:
+                _write(pending, tmp / f"part-{shard}.parquet", io.generation, model_id)
+                shard, pending, pending_rows = shard + 1, [], 0
+        if pending or shard == 0:
+            _write(pending, tmp / f"part-{shard}.parquet", io.generation, model_id)
+        seconds = time.perf_counter() - start
+        bar.close(sp)
+        metrics = stats.metrics(sp, seconds)
+        metrics.update(generation=io.generation, model_id=model_id, seed=seed)
+        _replace_dir(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    _write_json(metrics, Path(io.metrics))
+    return metrics
+
+
+class _Stats:
+    def __init__(self):
+        self.games = 0
+        self.rows = 0
+        self.full_rows = 0
+        self.moves = 0
+        self.black_wins = 0
+        self.draws = 0
+        self.side = 0
+        self.forks = 0
+        self.handicap = 0
+        self.decided = 0
+
+    def add(self, game: FinishedGame) -> None:
+        info = game.info
+        self.games += 1
+        self.rows += len(game.rows["turn"])
+        self.full_rows += int((game.rows["policy_weight"] > 0).sum())
+        self.moves += len(info.moves)
+        self.black_wins += info.black_lead > 0
+        self.draws += info.black_lead == 0
+        self.side += info.side_of >= 0
+        self.forks += info.fork_turn >= 0
+        self.handicap += info.handicap > 0
+        self.decided += info.decided_at >= 0
+
+    def metrics(self, sp: SelfPlay, seconds: float) -> dict:
+        g = max(self.games, 1)
+        return {
+            "games": self.games,
+            "rows": self.rows,
+            "rows_with_policy_target": self.full_rows,
+            "mean_game_length": round(self.moves / g, 2),
+            "black_win_rate": round(self.black_wins / g, 4),
+            "draw_rate": round(self.draws / g, 4),
+            "side_position_games": self.side,
+            "early_fork_games": self.forks,
+            "handicap_games": self.handicap,
+            "decided_games": self.decided,
+            "seconds": round(seconds, 2),
+            "moves_per_s": round(sp.moves_done / seconds, 2),
+            "visits_per_s": round(sp.visits_done / seconds, 2),
+            "evaluations_per_s": round(sp.evaluations / seconds, 2),
+        }
+
+
+def _write(pending, path: Path, generation: int, model_id: str) -> None:
+    if not pending:  # a generation whose games left no row still has its (empty) shard
+        write_shard(SCHEMA.empty_table(), path)
+        return
+    cols = {name: np.concatenate([g.rows[name] for g, _ in pending]) for name in pending[0][0].rows}
+    lengths = [len(g.rows["turn"]) for g, _ in pending]
+    game_ids = np.repeat([gid for _, gid in pending], lengths)
+    rules = np.repeat([g.info.rules for g, _ in pending], lengths)
+    komi = np.repeat([g.info.komi for g, _ in pending], lengths)
+    table = table_from_columns(
+        cols, game_ids=game_ids, generation=generation, model_id=model_id, rules=rules, komi=komi
+    )
+    write_shard(table, path)
+
+
+def _replace_dir(tmp: Path, out: Path) -> None:
+    """Move the finished folder into place, replacing an older one."""
+    old = None
+    if out.exists():
+        old = out.with_name(f".{out.name}.old-{os.getpid()}")
+        os.replace(out, old)
+    os.replace(tmp, out)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _write_json(data: dict, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f, indent=2, sort_keys=True)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m stages.selfplay", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--generation", type=int, required=True)
+    parser.add_argument("--params", type=Path, default=DEFAULT_PATH)
+    parser.add_argument(
+        "--model", type=Path, default=None, help="champion checkpoint (none: uniform)"
+    )
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--metrics", type=Path, default=None)
+    parser.add_argument("--games", type=int, default=None, help="override selfplay.games")
+    parser.add_argument("--quiet", action="store_true")
+    args = parser.parse_args(argv)
+    try:
+        params, io = prepare(
+            args.params,
+            args.generation,
+            model=args.model,
+            out=args.out,
+            metrics=args.metrics,
+            games=args.games,
+        )
+        metrics = run(params, io, progress=not args.quiet)
+    except (ParamsError, ValueError) as e:
+        print(f"selfplay: error: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(metrics, indent=2, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

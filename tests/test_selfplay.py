@@ -1,0 +1,369 @@
+"""Self-play, the driver (gocore.selfplay) and the stage (stages.selfplay): real games on 5x5 to
+7x7 with the uniform net and a tiny random-init net, checked row by row against a replay of
+each game's SGF."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+import yaml
+
+from gocore import board as gb
+from gocore import features as F
+from gocore import search as S
+from gocore import selfplay as SP
+from gocore.board import BLACK, WHITE
+from gocore.sgf import read_sgf, replay
+from nets import checkpoint
+from nets.config import net_config
+from nets.model import GoNet
+from stages import rows as R
+from stages import selfplay as stage
+from stages.params import ParamsError, load_params, section
+from tests.conftest import REPO, game_from_diagram
+
+torch.set_num_threads(1)
+
+
+def small_params(**overrides) -> dict:
+    """params.yaml's real `selfplay` section, shrunk to a few quick 7x7 games."""
+    params = load_params(REPO / "params.yaml")
+    sp = params["selfplay"]
+    sp.update(
+        games=6,
+        slots=3,
+        leaves_per_game=2,
+        full_visits=12,
+        cheap_visits=4,
+        decided_visits=4,
+        board_sizes={7: 1.0},
+        rows_per_shard=60,
+    )
+    sp.update(overrides)
+    return params
+
+
+def write_params(tmp_path: Path, **overrides) -> Path:
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(small_params(**overrides)))
+    return path
+
+
+def play(tmp_path: Path, generation=0, model=None, name="run", **overrides):
+    params_path = write_params(tmp_path, **overrides)
+    params, io = stage.prepare(
+        params_path,
+        generation,
+        model=model,
+        out=tmp_path / name / f"gen-{generation}",
+        metrics=tmp_path / name / "metrics.json",
+    )
+    return stage.run(params, io, progress=False), io
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory) -> Path:
+    torch.manual_seed(0)
+    net = GoNet(net_config("b2c16"))
+    return checkpoint.save(net, tmp_path_factory.mktemp("model") / "b2c16.pt", {"model_id": "tiny"})
+
+
+def check_generation(folder: Path) -> list[dict]:
+    """Every row against its game's SGF: the position replays legally and encodes to the
+    stored planes; targets, outcome, score, ownership and opponent move agree with the game."""
+    rows = [r for shard in R.list_shards(folder) for r in R.read_shard(shard).to_pylist()]
+    by_game: dict[str, list[dict]] = {}
+    for r in rows:
+        by_game.setdefault(r["game_id"], []).append(r)
+    sgfs = sorted((folder / "sgf").glob("*.sgf"))
+    assert len(sgfs) >= len(by_game)
+    for path in sgfs:
+        record = read_sgf(path)
+        end = replay(record)  # every move legal
+        lead = float(record.result[2:]) if record.result != "0" else 0.0
+        black_lead = lead if record.result.startswith("B") else -lead
+        for r in by_game.get(path.stem, []):
+            n = r["board_size"]
+            assert n == record.size and r["rules"] == record.rules
+            assert r["komi"] == record.komi
+            game = replay(record, upto=r["turn"])
+            assert game.to_move == r["to_move"]
+            planes = np.zeros((1, F.N_PLANES, n, n), np.float32)
+            glob = np.zeros((1, F.N_GLOBALS), np.float32)
+            F.encode_all(game.b, F.new_work(game.b), planes, glob)
+            assert F.pack_planes(planes, n)[0].tobytes() == r["planes"]
+            np.testing.assert_allclose(glob[0], r["globals"], rtol=1e-6)
+            target = np.array(r["policy_target"])
+            assert len(target) == n * n + 1
+            if r["policy_weight"] > 0:
+                assert target.sum() == pytest.approx(1.0, abs=1e-5)
+            # The chosen move is one the search visited (the target's support).
+            color, move = record.moves[r["turn"]]
+            index = n * n if move is None else move[1] * n + move[0]
+            assert target[index] > 0 or r["policy_weight"] == 0
+            if r["turn"] + 1 < len(record.moves):
+                _, reply = record.moves[r["turn"] + 1]
+                assert r["opponent_move"] == (n * n if reply is None else reply[1] * n + reply[0])
+            else:
+                assert r["opponent_move"] == -1
+            mover = 1 if r["to_move"] == BLACK else -1
+            assert r["final_score"] == pytest.approx(mover * black_lead)
+            assert r["outcome"] == mover * np.sign(black_lead)
+            assert len(r["ownership"]) == n * n
+            assert set(r["ownership"]) <= {-1, 0, 1}
+        assert end.b.passes[0] >= 2 or end.b.move_count[0] >= math.ceil(3.0 * record.size**2)
+    return rows
+
+
+def test_stage_writes_shards_that_replay(tmp_path, tiny_model):
+    metrics, io = play(tmp_path, generation=1, model=tiny_model)
+    rows = check_generation(io.out)
+    assert metrics["games"] == 6 and metrics["rows"] == len(rows) > 0
+    assert json.loads(io.metrics.read_text()) == metrics
+    assert {r["model_id"] for r in rows} == {"tiny"}
+    assert {r["generation"] for r in rows} == {1}
+    assert len(R.list_shards(io.out)) >= 2  # rows_per_shard 60
+    # Full searches (and only they) carry a policy target, with the visits asked.
+    full = [r for r in rows if r["policy_weight"] > 0]
+    cheap = [r for r in rows if r["policy_weight"] == 0]
+    assert full and cheap
+    assert all(r["visits"] >= 12 for r in full)
+    assert metrics["rows_with_policy_target"] == len(full)
+    assert not list(io.out.parent.glob(".*"))  # no temporary folder left
+
+
+def test_same_seed_same_shards(tmp_path):
+    play(tmp_path, name="a")
+    play(tmp_path, name="b")
+    play(tmp_path, name="c", seed=1)
+    a, b, c = (R.read_shard(tmp_path / n / "gen-0" / "part-0.parquet") for n in "abc")
+    assert a.equals(b)
+    assert not a.equals(c)
+    for sgf in (tmp_path / "a" / "gen-0" / "sgf").glob("*.sgf"):
+        assert sgf.read_bytes() == (tmp_path / "b" / "gen-0" / "sgf" / sgf.name).read_bytes()
+
+
+def test_game_randomization():
+    """Sizes, rules, komi and handicap drawn per game as params say (Appendix D)."""
+    params = stage.SelfPlayParams.model_validate(
+        small_params(
+            board_sizes={5: 1.0, 7: 1.0},
+            rules={"japanese": 1.0, "tromp-taylor": 1.0},
+            handicap_probability=0.3,
+            early_fork_probability=0.3,
+            side_position_probability=0.0,
+            full_visits=4,
+        )["selfplay"]
+    )
+    sp = SP.SelfPlay(params.config(), SP.UniformNet(0), games=40, slots=8, seed=5)
+    infos = [g.info for g in sp.run()]
+    assert {i.size for i in infos} == {5, 7}
+    assert {i.rules for i in infos} == {"japanese", "tromp-taylor"}
+    komi = np.array([i.komi for i in infos if i.size == 7])
+    assert (komi * 2 == np.round(komi * 2)).all() and komi.std() > 0.3
+    assert abs(komi.mean() - 9.0) < 1.0  # params.yaml's fair komi for 7x7
+    handicap = [i for i in infos if i.handicap]
+    assert 0 < len(handicap) < 40 and all(i.size == 7 for i in handicap)  # 5x5 has none
+    assert all(i.colors[0] == WHITE and len(i.setup) == i.handicap for i in handicap)
+    forks = [i for i in infos if i.fork_turn >= 0 and i.fork_turn < len(i.moves)]
+    assert forks and all(i.kinds[i.fork_turn] == SP.FORK for i in forks)
+
+
+def test_side_positions_and_forks_replay(tmp_path):
+    metrics, io = play(
+        tmp_path,
+        games=8,
+        handicap_probability=0.8,
+        early_fork_probability=0.5,
+        side_position_probability=0.2,
+    )
+    check_generation(io.out)
+    assert metrics["side_position_games"] > 0 and metrics["handicap_games"] > 0
+    records = [read_sgf(p) for p in (io.out / "sgf").glob("*.sgf")]
+    sides = [r for r in records if "side position of game" in (r.root_comment or "")]
+    assert len(sides) == metrics["side_position_games"]
+    # A side game's record holds its parent's moves up to the fork, then the alternative.
+    assert all(any(c == "side position" for c in r.comments) for r in sides)
+
+
+def test_decided_games_get_fewer_visits_and_lighter_rows(tmp_path):
+    # A threshold of 1 counts every turn as lost: decided after 2 searched turns.
+    _, io = play(tmp_path, decided_winrate=1.0, decided_turns=2, decided_weight=0.25,
+                 full_probability=1.0, opening_moves=0.0, early_fork_probability=0.0,
+                 side_position_probability=0.0)  # fmt: skip
+    rows = check_generation(io.out)
+    by_game: dict[str, list[dict]] = {}
+    for r in rows:
+        by_game.setdefault(r["game_id"], []).append(r)
+    for game_rows in by_game.values():
+        game_rows.sort(key=lambda r: r["turn"])
+        weights = [r["value_weight"] for r in game_rows]
+        assert weights[:2] == [1.0, 1.0][: len(weights)]
+        assert all(w == 0.25 for w in weights[2:])
+        assert all(r["policy_weight"] in (0.0, 0.25) for r in game_rows[2:])
+
+
+def test_playout_cap_fraction():
+    """About full_probability of the searched turns are full searches."""
+    params = stage.SelfPlayParams.model_validate(
+        small_params(full_probability=0.3, games=8, slots=8, opening_moves=0.0)["selfplay"]
+    )
+    sp = SP.SelfPlay(params.config(), SP.UniformNet(0), games=8, slots=8, seed=3)
+    kinds = np.concatenate([g.info.kinds for g in sp.run()])
+    searched = kinds[(kinds == SP.FULL) | (kinds == SP.CHEAP)]
+    assert len(searched) > 200
+    assert (searched == SP.FULL).mean() == pytest.approx(0.3, abs=0.06)
+
+
+def test_expected_score_utility():
+    # A point belief is the formula itself; the expectation is odd around the centre.
+    u = S.expected_score_utility(
+        np.array([3.0, -3.0, 5.0]), np.zeros(3), np.array([1.0, 1.0, np.nan]),
+        np.array([9, 9, 9]), np.array([BLACK, WHITE, BLACK]), 0.5,
+    )  # fmt: skip
+    f = 0.5 * 2 / math.pi * math.atan(2 / 9)
+    g = 0.5 * 2 / math.pi * math.atan(-4 / 9)
+    np.testing.assert_allclose(u, [f, -g, 0.0], rtol=1e-6)
+    # Against sampling: a wide belief.
+    rng = np.random.default_rng(0)
+    samples = rng.normal(4.0, 6.0, 400_000)
+    mc = 0.5 * 2 / math.pi * np.arctan((samples - 1.0) / 9).mean()
+    quad = S.expected_score_utility(
+        np.array([4.0]), np.array([6.0]), np.array([1.0]), np.array([9]), np.array([BLACK]), 0.5
+    )
+    assert quad[0] == pytest.approx(mc, abs=2e-3)
+
+
+def test_score_utility_prefers_the_bigger_win():
+    """Every move wins (komi -20.5); only the score utility tells the capture, which leaves
+    Black the whole board, from the rest."""
+    game = game_from_diagram(
+        """
+        . . . . .
+        . . X . .
+        . X O X .
+        . . . . .
+        . . . . .
+        """,
+        rules="chinese",
+        to_move=BLACK,
+    )
+    game.set_komi(-20.5)
+    capture = gb.point(game.b.stride, 2, 3)
+    centre = gb.score_all(game.b)[0][0]  # the root's score: Black by 3 - 1 + 20.5
+    assert centre == 22.5
+
+    def evaluate(leaves, weight):
+        scores, _ = gb.score_all(leaves)
+        mover = np.where(leaves.to_move == BLACK, 1.0, -1.0)
+        win = (np.sign(scores) * mover).astype(np.float32)
+        utility = win + S.expected_score_utility(
+            scores, np.zeros(len(scores)), np.full(len(scores), centre), leaves.size,
+            leaves.to_move, weight,
+        )  # fmt: skip
+        policy = np.ones(leaves.color.shape, np.float32)
+        return policy, utility, win, scores.astype(np.float32)
+
+    share = {}
+    for weight in (0.0, 0.5):
+        params = S.SearchParams(score_utility=weight)
+        tree = S.search(game.b, lambda b, w=weight: evaluate(b, w), 400, params=params)
+        visits = S.root_visits(tree, 0)
+        assert sum(visits.values()) == 399
+        share[weight] = visits[capture] / 399
+        # The root's expected final score is tracked from Black's side: a win by more than 20.
+        assert tree.score_sum[0, S.ROOT] / tree.visits[0, S.ROOT] > 20
+        if weight:
+            assert max(visits, key=visits.get) == capture
+    assert share[0.5] > 2 * share[0.0]
+
+
+def test_killed_stage_leaves_nothing(tmp_path, monkeypatch):
+    class Boom(RuntimeError):
+        pass
+
+    class Failing(SP.UniformNet):
+        calls = 0
+
+        def __call__(self, *args, **kwargs):
+            Failing.calls += 1
+            if Failing.calls > 20:
+                raise Boom
+            return super().__call__(*args, **kwargs)
+
+    params_path = write_params(tmp_path)
+    params, io = stage.prepare(params_path, 0, out=tmp_path / "out" / "gen-0",
+                               metrics=tmp_path / "out" / "m.json")  # fmt: skip
+    monkeypatch.setattr(stage, "load_net", lambda model, device, seed=0: (Failing(), "x"))
+    with pytest.raises(Boom):
+        stage.run(params, io, progress=False)
+    assert list((tmp_path / "out").iterdir()) == []
+
+
+def test_bad_params_are_named(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("selfplay:\n  games: [1\n")
+    with pytest.raises(ParamsError, match=r"bad.yaml \(line \d+, column \d+\): not valid YAML"):
+        load_params(bad)
+    raw = small_params(gamez=3, full_probability=2)
+    with pytest.raises(ParamsError) as e:
+        section(raw, "selfplay", stage.SelfPlayParams, source="p.yaml")
+    assert "selfplay.gamez" in str(e.value) and "selfplay.full_probability" in str(e.value)
+    raw = small_params(rules={"klingon": 1.0})
+    with pytest.raises(ValueError, match="unknown rules"):
+        section(raw, "selfplay", stage.SelfPlayParams, source="p.yaml").config()
+    # The command line: exit status 2 and the message, no traceback.
+    path = write_params(tmp_path, games=0)
+    result = subprocess.run(
+        [sys.executable, "-m", "stages.selfplay", "--generation", "0", "--params", str(path)],
+        capture_output=True, text=True, cwd=tmp_path, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert "selfplay.games" in result.stderr and "Traceback" not in result.stderr
+    path = write_params(tmp_path)
+    result = subprocess.run(
+        [sys.executable, "-m", "stages.selfplay", "--generation", "1", "--params", str(path),
+         "--model", "models/none.pt"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 2 and "models/none.pt does not exist" in result.stderr
+
+
+def test_corrupt_shard_is_named(tmp_path):
+    _, io = play(tmp_path, games=2, slots=2)
+    shard = R.list_shards(io.out)[0]
+    data = shard.read_bytes()
+    shard.write_bytes(data[: len(data) // 2])
+    with pytest.raises(R.ShardError, match=f"shard {shard} is corrupt or truncated"):
+        R.read_shard(shard)
+    other = tmp_path / "other.parquet"
+    pq.write_table(pa.table({"x": [1]}), other)
+    with pytest.raises(R.ShardError, match="does not have the rows schema"):
+        R.read_shard(other)
+
+
+def test_selfplay_runs_as_a_prefect_task(tmp_path, prefect_api):
+    from prefect import flow
+
+    from flows import tasks
+
+    @flow(name="selfplay-test")
+    def one_generation(params_path: str, out: str, metrics: str) -> dict:
+        return tasks.selfplay(0, params_path=params_path, out=out, metrics=metrics)
+
+    params_path = write_params(tmp_path, games=2, slots=2)
+    metrics = one_generation(str(params_path), str(tmp_path / "gen-0"), str(tmp_path / "m.json"))
+    assert metrics["games"] == 2
+    assert json.loads((tmp_path / "m.json").read_text()) == metrics
+    assert (
+        sum(R.read_shard(s).num_rows for s in R.list_shards(tmp_path / "gen-0")) == metrics["rows"]
+    )
