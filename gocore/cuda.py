@@ -1,4 +1,4 @@
-"""The Go core on a CUDA GPU: the kernels of gocore.board, gocore.playout and gocore.features,
+"""The Go core on a CUDA GPU: the kernels of gocore.board, playout, features and search,
 compiled a second time from the same Python functions as numba-cuda device functions, and
 launched one game per thread.
 
@@ -24,7 +24,7 @@ import types
 
 import numpy as np
 
-from gocore import board, features, jit, playout  # noqa: F401  (registers their kernels)
+from gocore import board, features, jit, playout, search  # noqa: F401  (registers kernels)
 from gocore.board import Boards
 from gocore.features import FeatureWork
 
@@ -117,6 +117,13 @@ encode = features.encode
 policy_to_points = features.policy_to_points
 legal_to_tensor = features.legal_to_tensor
 play_out = playout.play_out
+select_game = search.select_game
+expand_backup_game = search.expand_backup_game
+add_root_noise = search.add_root_noise
+policy_target = search.policy_target
+reroot_game = search.reroot_game
+copy_tree = search.copy_tree
+reset_tree = search.reset_tree
 
 
 @_entry
@@ -168,6 +175,58 @@ def _play_out_entry(b, rng, avoid_own_eyes):
         play_out(b, g, rng, avoid_own_eyes)
 
 
+# The search: one game's tree per thread.
+
+
+@_entry
+def _reset_tree_entry(t, which):
+    g = cuda.grid(1)
+    if g < t.node_count.shape[0] and which[g]:
+        reset_tree(t, g)
+
+
+@_entry
+def _select_entry(t, roots, leaves, params, budget, no_marks, owner):
+    g = cuda.grid(1)
+    if g < t.node_count.shape[0]:
+        select_game(t, g, roots, leaves, params, budget[g], no_marks, owner)
+
+
+@_entry
+def _expand_backup_entry(t, leaves, policy, value, win, black_score):
+    g = cuda.grid(1)
+    if g < t.node_count.shape[0]:
+        expand_backup_game(t, g, leaves, policy, value, win, black_score)
+
+
+@_entry
+def _noise_entry(t, rng, alpha_total, epsilon, which):
+    g = cuda.grid(1)
+    if g < t.node_count.shape[0] and which[g]:
+        add_root_noise(t, g, rng, alpha_total, epsilon)
+
+
+@_entry
+def _targets_entry(t, params, out, kept):
+    g = cuda.grid(1)
+    if g < t.node_count.shape[0]:
+        kept[g] = policy_target(t, g, params, out[g])
+
+
+@_entry
+def _reroot_entry(t, moves, into, which):
+    g = cuda.grid(1)
+    if g < t.node_count.shape[0] and which[g]:
+        reroot_game(t, g, moves[g], into)
+
+
+@_entry
+def _copy_tree_entry(src, dst, which):
+    g = cuda.grid(1)
+    if g < src.node_count.shape[0] and which[g]:
+        copy_tree(src, g, dst, g)
+
+
 ENTRIES = {
     "reset": _reset_entry,
     "play": _play_entry,
@@ -176,6 +235,13 @@ ENTRIES = {
     "policy": _policy_entry,
     "play_out": _play_out_entry,
     "legal_tensor": _legal_tensor_entry,
+    "reset_tree": _reset_tree_entry,
+    "select": _select_entry,
+    "expand_backup": _expand_backup_entry,
+    "noise": _noise_entry,
+    "targets": _targets_entry,
+    "reroot": _reroot_entry,
+    "copy_tree": _copy_tree_entry,
 }
 
 
@@ -231,11 +297,11 @@ def new_work(b: Boards, *, ladder_nodes: int = features.LADDER_MAX_NODES) -> Fea
     return to_device(features.new_work(_host_shell(b), ladder_nodes=ladder_nodes))
 
 
-def _host_shell(b: Boards) -> Boards:
+def _host_shell(b: Boards, max_moves: int = 1) -> Boards:
     """A host Boards with b's sizes and rules (what allocating work space needs), small."""
     sizes = b.size.copy_to_host() if hasattr(b.size, "copy_to_host") else b.size
     rules = b.rules.copy_to_host() if hasattr(b.rules, "copy_to_host") else b.rules
-    return board.new_boards(len(sizes), sizes, rules, layout=b.layout, max_moves=1)
+    return board.new_boards(len(sizes), sizes, rules, layout=b.layout, max_moves=max_moves)
 
 
 def reset_all(b: Boards) -> None:
@@ -299,6 +365,67 @@ def policy_all(b: Boards, policy, symmetry=None):
     return out
 
 
+# The search's batched API, as in gocore.search; trees stay on the device.
+
+
+def new_tree(games, max_nodes, max_edges, leaves_per_game=1, area=board.MAX_AREA):
+    return to_device(search.new_tree(games, max_nodes, max_edges, leaves_per_game, area))
+
+
+def new_leaves(roots: Boards, leaves_per_game: int) -> Boards:
+    return to_device(search.new_leaves(_host_shell(roots, roots.max_moves), leaves_per_game))
+
+
+def _games(t) -> int:
+    return t.node_count.shape[0]
+
+
+def _mask(which, games: int):
+    return _on_device(np.broadcast_to(_host(which), (games,)), np.bool_)
+
+
+def reset_some(t, which) -> None:
+    _launch(_reset_tree_entry, _games(t), t, _mask(which, _games(t)))
+
+
+def select_all(t, roots: Boards, leaves: Boards, params: search.SearchParams, budget) -> None:
+    no_marks = cuda.to_device(np.zeros(leaves.color.shape, np.bool_))
+    owner = cuda.device_array(leaves.color.shape, np.int8)
+    budget = _on_device(budget, np.int64)
+    _launch(_select_entry, _games(t), t, roots, leaves, params, budget, no_marks, owner)
+
+
+def expand_and_backup_all(t, leaves: Boards, policy, value, win=None, black_score=None) -> None:
+    """As search.expand_and_backup_all; each array numpy (copied over) or on the device."""
+    value = _on_device(value, np.float32)
+    win = value if win is None else _on_device(win, np.float32)
+    if black_score is None:
+        black_score = cuda.to_device(np.zeros(leaves.games, np.float32))
+    black_score = _on_device(black_score, np.float32)
+    policy = _on_device(policy, np.float32)
+    _launch(_expand_backup_entry, _games(t), t, leaves, policy, value, win, black_score)
+
+
+def add_noise_all(t, rng, which, *, alpha_total: float = 10.83, epsilon: float = 0.25) -> None:
+    games = _games(t)
+    _launch(_noise_entry, games, t, _on_device(rng, np.uint64), alpha_total, epsilon,
+            _mask(which, games))  # fmt: skip
+
+
+def policy_targets_all(t, params: search.SearchParams, area: int):
+    out = cuda.to_device(np.zeros((_games(t), area), np.float32))
+    kept = cuda.device_array(_games(t), np.float64)
+    _launch(_targets_entry, _games(t), t, params, out, kept)
+    return out, kept
+
+
+def reroot_some(t, spare, moves, which) -> None:
+    games = _games(t)
+    which = _mask(which, games)
+    _launch(_reroot_entry, games, t, _on_device(moves, np.int64), spare, which)
+    _launch(_copy_tree_entry, games, spare, t, which)
+
+
 def _host(x):
     return x.copy_to_host() if hasattr(x, "copy_to_host") else np.asarray(x)
 
@@ -326,6 +453,12 @@ def compile_ptx(cc: tuple[int, int] = (9, 0)) -> dict[str, int]:
     planes = np.zeros((2, features.N_PLANES, 9, 9), np.float32)
     glob = np.zeros((2, features.N_GLOBALS), np.float32)
     policy = np.zeros((2, 82), np.float32)
+    t = search.new_tree(2, 8, 8 * 82, 2, b.color.shape[1])
+    leaves = search.new_leaves(b, 2)
+    f32 = np.zeros(4, np.float32)
+    marks = np.zeros(leaves.color.shape, np.bool_)
+    params = search.DEFAULT_PARAMS
+    which = np.ones(2, np.bool_)
     samples = {
         "reset": (b,),
         "play": (b, i64, np.zeros(2, np.int32)),
@@ -334,6 +467,13 @@ def compile_ptx(cc: tuple[int, int] = (9, 0)) -> dict[str, int]:
         "policy": (b, i64, policy, 9, np.zeros(b.color.shape, np.float32)),
         "play_out": (b, playout.new_rng(2, 0), True),
         "legal_tensor": (b, i64, 9, np.zeros((2, 82), np.bool_)),
+        "reset_tree": (t, which),
+        "select": (t, b, leaves, params, i64, marks, np.zeros(marks.shape, np.int8)),
+        "expand_backup": (t, leaves, np.zeros(leaves.color.shape, np.float32), f32, f32, f32),
+        "noise": (t, playout.new_rng(2, 0), 10.83, 0.25, which),
+        "targets": (t, params, np.zeros(b.color.shape, np.float32), np.zeros(2)),
+        "reroot": (t, i64, t, which),
+        "copy_tree": (t, t, which),
     }
     # numba-cuda asks the current GPU for its compute capability when it compiles a device
     # function; with no GPU, answer with the target's.

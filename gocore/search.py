@@ -535,43 +535,71 @@ def _reset_range(t, start, stop):
         reset_tree(t, g)
 
 
+@routine
+def select_game(t, g, roots, leaves, params, budget, no_marks, owner):
+    """Select budget (<= L) leaves in game g: t.leaf[g], their positions on the leaf boards
+    g * L + i, and the exact values of the terminal ones."""
+    per = t.leaf.shape[1]
+    for i in range(per):
+        t.leaf[g, i] = -1
+        t.leaf_value[g, i] = 0.0
+        t.leaf_win[g, i] = 0.0
+        t.leaf_score[g, i] = 0.0
+        if i >= budget:
+            continue
+        lg = g * per + i
+        n = select_leaf(t, g, roots, g, leaves, lg, params)
+        t.leaf[g, i] = n
+        if n >= 0 and t.terminal[g, n]:
+            terminal_value(t, g, i, leaves, lg, no_marks[lg], owner[lg], params)
+
+
+@routine
+def expand_backup_game(t, g, leaves, policy, value, win, black_score):
+    """Expand game g's selected leaves with their evaluations and back them up."""
+    per = t.leaf.shape[1]
+    for i in range(per):
+        n = t.leaf[g, i]
+        lg = g * per + i
+        if n < 0:
+            continue
+        if t.terminal[g, n]:
+            backup(t, g, n, t.leaf_value[g, i], t.leaf_win[g, i], t.leaf_score[g, i])
+            continue
+        if t.first_edge[g, n] == UNVISITED:
+            expand(t, g, n, leaves, lg, policy[lg])
+            backup(t, g, n, value[lg], win[lg], black_score[lg])
+        else:
+            # Selected twice this step (virtual loss did not steer the second walk away):
+            # the second evaluation is dropped, its virtual visits taken back.
+            _undo_pending(t, g, n)
+
+
+@routine
+def reroot_game(t, g, move, into):
+    """Tree g of `into` becomes the subtree under `move` at t's root (fresh if unsearched)."""
+    child = -1
+    first = t.first_edge[g, ROOT]
+    if first >= 0:
+        for e in range(first, first + t.num_edges[g, ROOT]):
+            if t.edge_move[g, e] == move:
+                child = t.edge_child[g, e]
+    if child < 0:
+        reset_tree(into, g)
+    else:
+        reroot(t, g, child, into, g)
+
+
 @driver
 def _select_range(t, roots, leaves, params, budget, no_marks, owner, start, stop):
-    per = t.leaf.shape[1]
     for g in range(start, stop):
-        for i in range(per):
-            t.leaf[g, i] = -1
-            t.leaf_value[g, i] = 0.0
-            t.leaf_win[g, i] = 0.0
-            t.leaf_score[g, i] = 0.0
-            if i >= budget[g]:
-                continue
-            lg = g * per + i
-            n = select_leaf(t, g, roots, g, leaves, lg, params)
-            t.leaf[g, i] = n
-            if n >= 0 and t.terminal[g, n]:
-                terminal_value(t, g, i, leaves, lg, no_marks[lg], owner[lg], params)
+        select_game(t, g, roots, leaves, params, budget[g], no_marks, owner)
 
 
 @driver
 def _expand_backup_range(t, leaves, policy, value, win, black_score, start, stop):
-    per = t.leaf.shape[1]
     for g in range(start, stop):
-        for i in range(per):
-            n = t.leaf[g, i]
-            lg = g * per + i
-            if n < 0:
-                continue
-            if t.terminal[g, n]:
-                backup(t, g, n, t.leaf_value[g, i], t.leaf_win[g, i], t.leaf_score[g, i])
-                continue
-            if t.first_edge[g, n] == UNVISITED:
-                expand(t, g, n, leaves, lg, policy[lg])
-                backup(t, g, n, value[lg], win[lg], black_score[lg])
-            else:
-                # Selected twice this step (virtual loss did not steer the second walk
-                # away): the second evaluation is dropped, its virtual visits taken back.
-                _undo_pending(t, g, n)
+        expand_backup_game(t, g, leaves, policy, value, win, black_score)
 
 
 @driver
@@ -590,18 +618,8 @@ def _targets_range(t, params, out, kept, start, stop):
 @driver
 def _reroot_range(t, moves, into, which, start, stop):
     for g in range(start, stop):
-        if not which[g]:
-            continue
-        child = -1
-        first = t.first_edge[g, ROOT]
-        if first >= 0:
-            for e in range(first, first + t.num_edges[g, ROOT]):
-                if t.edge_move[g, e] == moves[g]:
-                    child = t.edge_child[g, e]
-        if child < 0:
-            reset_tree(into, g)
-        else:
-            reroot(t, g, child, into, g)
+        if which[g]:
+            reroot_game(t, g, moves[g], into)
 
 
 @driver

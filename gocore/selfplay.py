@@ -363,6 +363,7 @@ class SelfPlay:
         self.noise_due = np.zeros(slots, np.bool_)
         self.tree_full = np.zeros(slots, np.bool_)
         self.opening_left = np.zeros(slots, np.int64)
+        self.fork_turn = np.full(slots, -1, np.int64)  # the game's early fork (-1: none)
         self.losing_turns = np.zeros(slots, np.int64)
         self.decided = np.zeros(slots, np.bool_)
         self.force_full = np.zeros(slots, np.bool_)
@@ -448,6 +449,7 @@ class SelfPlay:
         self.info.append(info)
         self.started += 1
         self.game[g] = info.index
+        self.fork_turn[g] = info.fork_turn
         self.active[g] = True
         self.losing_turns[g] = 0
         self.decided[g] = False
@@ -480,7 +482,7 @@ class SelfPlay:
             return
         idx = np.flatnonzero(which)
         turn = self.roots.move_count[idx]
-        fork_turn = np.array([self.info[self.game[g]].fork_turn for g in idx])
+        fork_turn = self.fork_turn[idx]
         kind = np.where(self.rng.random(k) < c.full_probability, FULL, CHEAP)
         kind = np.where(self.force_full[idx], FULL, kind)
         kind = np.where(self.opening_left[idx] > 0, RAW_POLICY, kind)
@@ -658,10 +660,10 @@ class SelfPlay:
         # Game ends.
         over = done & ((self.roots.passes >= 2) | (self.roots.move_count >= self.max_moves))
         finished = [self._end_game(g) for g in np.flatnonzero(over)]
-        for g in np.flatnonzero(over):
-            S.reset_some(t, np.arange(self.slots) == g)
-            self._start(g)
         if over.any():
+            S.reset_some(t, over)
+            for g in np.flatnonzero(over):
+                self._start(g)
             self._leaf_rules()
         self._begin_moves(done & self.active)
         return finished

@@ -1,5 +1,6 @@
 """The Go core's CUDA target gives exactly what the CPU gives: every entry point (reset, play,
-legal moves, playouts, encoding with ladders and Benson, policy mapping) on random positions.
+legal moves, playouts, encoding with ladders and Benson, policy mapping, the search's select,
+expand and back up, noise, targets and tree reuse) on random positions.
 
 Under the CUDA simulator (the default in tests, see conftest) these run the CUDA code path as
 Python; with TENGEN_GPU=1 on a machine with a GPU they run on the GPU, and the tests marked
@@ -203,3 +204,57 @@ def test_kernels_compile_to_ptx():
     assert result.returncode == 0, result.stderr[-3000:]
     compiled = dict(line.split(": ", 1) for line in result.stdout.splitlines())
     assert set(compiled) == set(cuda_mod.ENTRIES)
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # uint64 wraps
+def test_search_matches_the_cpu(gpu):
+    """Select, expand and back up, root noise, pruned targets and tree reuse: the CUDA search
+    kernels build the same trees as the CPU ones, step by step, on mixed sizes and rules."""
+    from gocore import search as S
+
+    games, per = 3, 2
+    rules = _mixed_rules(games)
+    roots = gb.new_boards(games, [5, 7, 7], rules, max_moves=80)
+    pick = np.random.default_rng(4)
+    for _ in range(6):
+        legal = gb.legal_all(roots)
+        legal[:, gb.PASS] = False
+        gb.play_all(roots, np.array([pick.choice(np.flatnonzero(row)) for row in legal]))
+    area = roots.color.shape[1]
+    host = S.new_tree(games, 40, 40 * 50, per, area)
+    host.centre[:] = [0.0, 2.5, np.nan]
+    host.explore[:] = [1, 0, 1]
+    device = cuda_mod.to_device(host)
+    device_roots = cuda_mod.to_device(roots)
+    host_leaves = S.new_leaves(roots, per)
+    device_leaves = cuda_mod.new_leaves(device_roots, per)
+    params = S.SearchParams(score_utility=0.5)
+    host_rng, device_rng = new_rng(games, 1), cuda_mod.cuda.to_device(new_rng(games, 1))
+    for step in range(14):
+        budget = np.array([2, 1, 2]) if step else np.ones(games, np.int64)
+        S.select_all(host, roots, host_leaves, params, budget)
+        cuda_mod.select_all(device, device_roots, device_leaves, params, budget)
+        assert np.array_equal(host.leaf, device.leaf.copy_to_host())
+        assert np.array_equal(host_leaves.color, device_leaves.color.copy_to_host())
+        policy = pick.random((games * per, area)).astype(np.float32)
+        value, win, score = (pick.uniform(-1, 1, games * per).astype(np.float32) for _ in "vws")
+        S.expand_and_backup_all(host, host_leaves, policy, value, win, score)
+        cuda_mod.expand_and_backup_all(device, device_leaves, policy, value, win, score)
+        if step == 0:
+            S.add_noise_all(host, host_rng, np.array([1, 0, 1], bool))
+            cuda_mod.add_noise_all(device, device_rng, np.array([1, 0, 1], bool))
+    back = cuda_mod.to_host(device)
+    for name in S.Tree._fields:
+        assert np.allclose(getattr(host, name), getattr(back, name), equal_nan=True), name
+    targets, kept = S.policy_targets_all(host, params, area)
+    device_targets, device_kept = cuda_mod.policy_targets_all(device, params, area)
+    assert np.allclose(targets, device_targets.copy_to_host())
+    assert np.allclose(kept, device_kept.copy_to_host())
+    moves = targets.argmax(axis=1)
+    which = np.array([1, 1, 0], bool)
+    S.reroot_some(host, S.new_tree(games, 40, 40 * 50, per, area), moves, which)
+    spare = cuda_mod.new_tree(games, 40, 40 * 50, per, area)
+    cuda_mod.reroot_some(device, spare, moves, which)
+    back = cuda_mod.to_host(device)
+    for name in ("visits", "value_sum", "win_sum", "score_sum", "edge_move", "node_count"):
+        assert np.array_equal(getattr(host, name), getattr(back, name)), name
