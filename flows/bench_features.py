@@ -105,7 +105,7 @@ def _row(size, device, threads, batch, encode_rate, forward_rate) -> dict:
         "batch": batch,
         "positions_per_s": round(encode_rate, 1),
         "forward_positions_per_s": round(forward_rate, 1),
-        "encode_fraction": round(forward_rate / encode_rate, 4),
+        "encode_fraction": float(f"{forward_rate / encode_rate:.4g}"),  # 4 significant digits
         "net": "b6c96",
     }
 

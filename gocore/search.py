@@ -188,7 +188,9 @@ def select_edge(t, g, n, params, is_root, total_root_visits):
             visited_prior += t.edge_prior[g, e]
     # The parent's value for the player to move at n is minus n's own value.
     parent_q = -node_q(t, g, n, params.virtual_loss) if parent_visits > 0 else 0.0
-    reduction = params.root_fpu_reduction if is_root else params.fpu_reduction
+    # The root's own reduction only where it takes noise (a full search); cheap searches use
+    # the same first-play urgency everywhere (the paper: c_FPU = 0 at the root with noise).
+    reduction = params.root_fpu_reduction if is_root and t.explore[g] else params.fpu_reduction
     fpu = parent_q - reduction * math.sqrt(visited_prior)
     explore = params.c_puct * max(float(parent_visits), 1.0) ** params.puct_exponent
     best = start

@@ -8,15 +8,18 @@ starts the next game. Python works on whole [G] arrays per step, never per node.
 
 What the KataGo paper (Wu 2019) prescribes, and where it is:
 - playout cap randomization (section 3.1): a full search (noise, forced playouts, a policy
-  target) with probability `full_probability`, else a cheap one without them;
+  target) with probability `full_probability`, else a cheap one without them; only full
+  searches are recorded (cheap ones too, as value-only rows, with `record_cheap_searches`);
 - forced playouts and policy target pruning (3.2), Dirichlet noise: gocore.search;
 - the score utility (Appendix F), centred at the root's expected score when its search began;
 - the move temperature 0.8 -> 0.2 halving every board-width moves; the first moves of a game
   drawn from the raw policy (an exponential number, mean `opening_moves` x area);
 - game randomization (Appendix D): board sizes, rules and komi drawn per game, handicap games,
-  early forks (one uniformly random move early in the game), side positions (a move drawn
-  from the raw policy instead of the searched one, searched fully and played out as a game of
-  its own);
+  early forks (one uniformly random move early in the game), side positions (in 2.5% of
+  positions, a move drawn from the raw policy at temperature 1, 2 or infinity instead of the
+  searched one; the position after it gets a full search and one row whose outcome target is
+  the search's win value, score and ownership left free; a quarter of them go on for one more
+  move, recursively);
 - no resignation: a game stays played out; once the losing side's win rate has stayed under
   `decided_winrate` for `decided_turns` turns, its full searches get `decided_visits` and its
   rows the weight `decided_weight`.
@@ -93,7 +96,9 @@ class SelfPlayConfig:
     handicap_probability: float  # 0.05
     early_fork_probability: float  # 0.05
     early_fork_turn: float  # the forked turn ~ exponential, mean this x area
-    side_position_probability: float  # 0.025 per searched turn
+    side_position_probability: float  # 0.025 per searched turn of a game
+    side_continue_probability: float  # 0.25: a side position goes on for one more move
+    record_cheap_searches: bool  # rows of cheap searches too (value only); the paper: no
     decided_winrate: float  # 0.05
     decided_turns: int  # 5
     decided_visits: int  # full searches of a decided game
@@ -113,6 +118,7 @@ class SelfPlayConfig:
             "handicap_probability",
             "early_fork_probability",
             "side_position_probability",
+            "side_continue_probability",
             "decided_winrate",
             "decided_weight",
         ):
@@ -173,7 +179,7 @@ class GameInfo:
     handicap: int = 0
     fork_turn: int = -1  # the early fork's turn, -1 for none
     side_of: int = -1  # the game a side position came from (its index), -1 for none
-    black_lead: float = 0.0
+    black_lead: float = float("nan")  # the final score (NaN for a side position: not played out)
     moves: np.ndarray | None = None  # [moves] padded points
     colors: np.ndarray | None = None
     setup: list[tuple[int, int]] = dataclasses.field(default_factory=list)  # (color, point)
@@ -228,8 +234,9 @@ class Rows:
             for name, dt in self.dtypes.items()
         }
 
-    def append(self, **cols) -> np.ndarray:
-        """Add rows (equal-length columns); returns their indices."""
+    def append(self, refs: np.ndarray, **cols) -> np.ndarray:
+        """Add rows (equal-length columns); returns their indices. Making room may move the
+        rows kept: `refs` (row indices held by the caller, -1 for none) is updated in place."""
         k = len(cols["turn"])
         if self.count + k > len(self.columns["turn"]):
             live = self.columns["slot_game"][: self.count] >= 0
@@ -238,6 +245,9 @@ class Rows:
             fresh = self._alloc(capacity)
             for name, col in self.columns.items():
                 fresh[name][:kept] = col[: self.count][live]
+            moved = np.full(self.count + 1, -1, np.int64)  # old index -> new (-1: gone)
+            moved[: self.count][live] = np.arange(kept)
+            refs[:] = moved[refs]  # -1 stays -1 through the sentinel at the end
             self.columns, self.count = fresh, kept
         idx = np.arange(self.count, self.count + k)
         for name, value in cols.items():
@@ -367,7 +377,7 @@ class SelfPlay:
         self.losing_turns = np.zeros(slots, np.int64)
         self.decided = np.zeros(slots, np.bool_)
         self.force_full = np.zeros(slots, np.bool_)
-        self.side_spawned = np.zeros(slots, np.bool_)  # at most one side position per game
+        self.is_side = np.zeros(slots, np.bool_)  # the slot plays a side position
         self.last_row = np.full(slots, -1, np.int64)
         self.last_row_turn = np.full(slots, -1, np.int64)
         self.raw_priors = np.zeros((slots, cells), np.float32)
@@ -375,9 +385,10 @@ class SelfPlay:
         self.move_kind = np.zeros((slots, m), np.int8)
         self.move_winrate = np.full((slots, m), np.nan, np.float32)
         self.move_visits = np.zeros((slots, m), np.int32)
-        self.info: list[GameInfo] = []
-        self.started = 0
+        self.info: list[GameInfo] = []  # every game and side position, by index
+        self.started = 0  # games (side positions aside)
         self.finished = 0
+        self.sides_started = 0
         # Counters for progress and metrics.
         self.steps = 0
         self.visits_done = 0
@@ -414,16 +425,19 @@ class SelfPlay:
             fork_turn=fork_turn,
         )  # fmt: skip
 
-    def _start(self, g: int) -> bool:
-        """Put the next game in slot g (a queued side position first); False if none is left."""
-        if self.started >= self.games:
-            self.active[g] = False
-            return False
-        if self.side_info:
+    def _start(self, g: int, *, sides_only: bool = False) -> bool:
+        """Put the next game in slot g: a queued side position first, else a new game while
+        any is left (none with `sides_only`). False if the slot stays idle."""
+        side = bool(self.side_info)
+        if side:
             info = self.side_info.pop()  # the queue is a stack: slot len(side_info) is its top
             _copy_game(self.side_queue, len(self.side_info), self.roots, g)
             self.force_full[g] = True
             self.opening_left[g] = 0
+            self.sides_started += 1
+        elif sides_only or self.started >= self.games:
+            self.active[g] = False
+            return False
         else:
             info = self._draw_game()
             stride = self.roots.stride
@@ -445,15 +459,15 @@ class SelfPlay:
             self.force_full[g] = False
             mean = self.config.opening_moves * info.size * info.size
             self.opening_left[g] = int(self.rng.exponential(mean)) if mean > 0 else 0
-        info.index = self.started
+            self.started += 1
+        self.is_side[g] = side
+        info.index = len(self.info)
         self.info.append(info)
-        self.started += 1
         self.game[g] = info.index
         self.fork_turn[g] = info.fork_turn
         self.active[g] = True
         self.losing_turns[g] = 0
         self.decided[g] = False
-        self.side_spawned[g] = False
         self.last_row[g] = -1
         self.last_row_turn[g] = -1
         self.move_kind[g] = 0
@@ -554,6 +568,15 @@ class SelfPlay:
             self._leaf_rules()
             self._begin_moves(self.active.copy())
         finished = self._finish_moves()
+        idle = ~self.active
+        if idle.any() and self.side_info:
+            # Side positions queued after the games ran out take the idle slots.
+            started = np.zeros(self.slots, np.bool_)
+            for g in np.flatnonzero(idle):
+                started[g] = self._start(g, sides_only=True)
+            S.reset_some(self.tree, started)
+            self._leaf_rules()
+            self._begin_moves(started)
         t = self.tree
         budget = np.where(
             self.active,
@@ -578,10 +601,10 @@ class SelfPlay:
         return finished
 
     def run(self) -> Iterator[FinishedGame]:
-        """Step until every game has finished, yielding each as it ends."""
-        while self.finished < self.games:
+        """Step until every game and side position has finished, yielding each as it ends."""
+        while self.finished < self.games or self.side_info or self.active.any():
             yield from self.step()
-            if not self.active.any() and self.finished < self.games:
+            if not self.active.any() and (self.finished < self.games or self.side_info):
                 raise RuntimeError("self-play stalled: no active slot and games left")
 
     # -- moves ---------------------------------------------------------------------------------
@@ -624,17 +647,24 @@ class SelfPlay:
             uniform[uniform.sum(axis=1) == 0, PASS] = 1.0
             weights = np.where((kind[other] == FORK)[:, None], uniform, priors)
             moves[other] = _cumulative_pick(weights, self.rng)
-        # The previous turn's row gets this move as its opponent's reply.
+        # A side position ends after its search, or goes on for one more move (then a full
+        # search again).
+        side = self.is_side[idx] & searched
+        go_on = side & (self.rng.random(len(idx)) < c.side_continue_probability)
+        stop = side & ~go_on
+        self.force_full[idx[go_on]] = True
+        # The previous turn's row gets this move as its opponent's reply (if it is played).
         prev = self.last_row[idx]
-        follows = (prev >= 0) & (self.last_row_turn[idx] == turn - 1)
+        follows = (prev >= 0) & (self.last_row_turn[idx] == turn - 1) & ~stop
         if follows.any():
             sizes = self.roots.size[idx[follows]]
             self.rows.columns["next_move"][prev[follows]] = self._local(moves[follows], sizes)
-        # Rows of the searched moves.
-        if searched.any():
-            self._record_rows(idx[searched], targets, kept, win, black_lead)
-            self.last_row_turn[idx[searched]] = turn[searched]
-        # Side positions: a searched turn may spawn a game on a move from the raw policy.
+        # Rows of the searched moves (full searches; cheap ones too if asked).
+        recorded = (kind == FULL) | ((kind == CHEAP) & c.record_cheap_searches)
+        if recorded.any():
+            self._record_rows(idx[recorded], targets, kept, win, black_lead)
+            self.last_row_turn[idx[recorded]] = turn[recorded]
+        # A game's searched turn may branch off a side position.
         self._spawn_sides(idx, kind, moves)
         # The resignation-free bookkeeping.
         if searched.any():
@@ -652,13 +682,17 @@ class SelfPlay:
         self.move_visits[idx, turn] = t.visits[idx, S.ROOT]
         self.opening_left[idx] = np.maximum(self.opening_left[idx] - (kind == RAW_POLICY), 0)
         # Play, keep the subtree.
+        stopped = np.zeros(self.slots, np.bool_)
+        stopped[idx[stop]] = True
+        moving = done & ~stopped
         all_moves = np.zeros(self.slots, np.int64)
         all_moves[idx] = moves
-        over_games(_play_some, self.slots, self.roots, all_moves, done)
-        S.reroot_some(t, self.spare, all_moves, done)
-        self.moves_done += len(idx)
+        over_games(_play_some, self.slots, self.roots, all_moves, moving)
+        S.reroot_some(t, self.spare, all_moves, moving)
+        self.moves_done += int(moving.sum())
         # Game ends.
-        over = done & ((self.roots.passes >= 2) | (self.roots.move_count >= self.max_moves))
+        ended = (self.roots.passes >= 2) | (self.roots.move_count >= self.max_moves)
+        over = (moving & ended) | stopped
         finished = [self._end_game(g) for g in np.flatnonzero(over)]
         if over.any():
             S.reset_some(t, over)
@@ -693,6 +727,7 @@ class SelfPlay:
         weight = self.weight[s_idx]
         mover = np.where(self.roots.to_move[s_idx] == BLACK, 1.0, -1.0)
         new = self.rows.append(
+            self.last_row,
             slot_game=self.game[s_idx],
             turn=self.roots.move_count[s_idx],
             to_move=self.roots.to_move[s_idx],
@@ -715,13 +750,13 @@ class SelfPlay:
             return
         searched = (kind == FULL) | (kind == CHEAP)
         draw = self.rng.random(len(idx)) < c.side_position_probability
-        for i in np.flatnonzero(searched & draw & ~self.side_spawned[idx]):
+        # From games only (a side position's own continuation is its recursion), and with
+        # room for the alternative and a move after it.
+        room = self.roots.move_count[idx] + 2 < self.max_moves
+        for i in np.flatnonzero(searched & draw & ~self.is_side[idx] & room):
             g = idx[i]
-            if (
-                len(self.side_info) >= self.slots
-                or self.started + len(self.side_info) >= self.games
-            ):
-                return
+            if len(self.side_info) >= self.slots:
+                return  # the queue is full: this one is skipped
             # The raw policy (before noise) at temperature 1, 2 or infinity (70/25/5%),
             # without the move the search chose.
             if kind[i] == FULL:
@@ -733,10 +768,10 @@ class SelfPlay:
             u = self.rng.random()
             priors = priors if u < 0.7 else np.sqrt(priors) if u < 0.95 else (priors > 0) * 1.0
             priors[moves[i]] = 0.0
+            priors[PASS] = 0.0  # the alternative is a move on the board (never a game's end)
             if priors.sum() <= 0:
                 continue
             alternative = int(_cumulative_pick(priors[None, :], self.rng)[0])
-            self.side_spawned[g] = True
             q = len(self.side_info)
             _copy_game(self.roots, g, self.side_queue, q)
             play(self.side_queue, q, alternative, self.side_queue.to_move[q])
@@ -759,8 +794,12 @@ class SelfPlay:
 
     def _end_game(self, g: int) -> FinishedGame:
         """Score slot g's game (stones in the opponent's pass-alive area are dead), fill in its
-        rows' outcomes and return it."""
+        rows' outcomes and return it. A side position is not scored: its rows' outcome is their
+        search's win value, their score and ownership weigh nothing (score_weight 0)."""
         info = self.info[self.game[g]]
+        self.active[g] = False
+        if self.is_side[g]:
+            return self._end_side(g, info)
         area = F.pass_alive_all(self.roots, self.root_work)[g]
         color = self.roots.color[g]
         dead = ((color == BLACK) & (area & F.AREA_WHITE > 0)) | (
@@ -769,23 +808,35 @@ class SelfPlay:
         owner = np.zeros(color.shape, np.int8)
         black_lead = float(_final_score(self.roots, g, dead, np.zeros_like(dead), owner))
         n = int(self.roots.size[g])
-        moves_played = int(self.roots.move_count[g])
         info.black_lead = black_lead
-        info.moves = self.roots.moves[g, :moves_played].copy()
-        info.colors = self.roots.move_colors[g, :moves_played].copy()
-        info.kinds = self.move_kind[g, :moves_played].copy()
-        info.winrates = self.move_winrate[g, :moves_played].copy()
-        info.visits = self.move_visits[g, :moves_played].copy()
+        self._keep_moves(g, info)
         rows = self.rows.take(info.index)
         mover = np.where(rows["to_move"] == BLACK, 1, -1)
-        black_outcome = int(np.sign(black_lead))
-        rows["outcome"] = (mover * black_outcome).astype(np.int8)
+        rows["outcome"] = (mover * np.sign(black_lead)).astype(np.float32)
         rows["final_score"] = (mover * black_lead).astype(np.float32)
+        rows["score_weight"] = np.ones(len(mover), np.float32)
         local = owner[self.local_points[n][:-1]]
         black_own = np.where(local == BLACK, 1, np.where(local == WHITE, -1, 0)).astype(np.int8)
         ownership = np.zeros((len(mover), self.layout * self.layout), np.int8)
         ownership[:, : n * n] = mover[:, None] * black_own[None, :]
         rows["ownership"] = ownership  # padded to the layout, as the other board-wide columns
         self.finished += 1
-        self.active[g] = False
         return FinishedGame(info=info, rows=rows, stride=self.roots.stride)
+
+    def _end_side(self, g: int, info: GameInfo) -> FinishedGame:
+        self._keep_moves(g, info)
+        rows = self.rows.take(info.index)
+        k = len(rows["turn"])
+        rows["outcome"] = rows["root_value"].astype(np.float32)
+        rows["final_score"] = np.zeros(k, np.float32)
+        rows["score_weight"] = np.zeros(k, np.float32)
+        rows["ownership"] = np.zeros((k, self.layout * self.layout), np.int8)
+        return FinishedGame(info=info, rows=rows, stride=self.roots.stride)
+
+    def _keep_moves(self, g: int, info: GameInfo) -> None:
+        played = int(self.roots.move_count[g])
+        info.moves = self.roots.moves[g, :played].copy()
+        info.colors = self.roots.move_colors[g, :played].copy()
+        info.kinds = self.move_kind[g, :played].copy()
+        info.winrates = self.move_winrate[g, :played].copy()
+        info.visits = self.move_visits[g, :played].copy()

@@ -6,10 +6,13 @@ Targets (a dict of tensors, B rows, from the training rows):
                                    cap randomization: 0 removes both policy terms of the row
     opponent_move    (B,)          index (y * T + x, or T*T for pass) of the opponent's reply;
                                    -1 where there is none (the game's last move)
-    outcome          (B, 3)        win, loss, no result for the player to move (one-hot)
+    outcome          (B, 3)        win, loss, no result for the player to move (one-hot, or
+                                   the search's win probability for a side position)
     score            (B,)          final score difference for the player to move (multiple of 0.5)
     ownership        (B, T, T)     +1 the player to move's, -1 the opponent's, 0 neither
     value_weight     (B,)          weight of the value terms (down-weighted rows < 1)
+    score_weight     (B,)          optional: 0 where the final score and ownership are not
+                                   known (side positions); multiplies those terms
 
 Every term's weight is a key of LossWeights, filled from params.yaml's `loss` section.
 """
@@ -69,6 +72,7 @@ def loss_terms(
     area = mask.sum(dim=(1, 2))  # (B,)
     policy_weight = target["policy_weight"]
     value_weight = target["value_weight"]
+    known = value_weight * target["score_weight"] if "score_weight" in target else value_weight
 
     log_policy = F.log_softmax(out["policy"].float(), dim=1)
     policy = -(target["policy"] * log_policy).sum(dim=1) * policy_weight
@@ -114,9 +118,9 @@ def loss_terms(
         "policy": w.policy * policy.sum() / b,
         "opponent_policy": w.opponent_policy * opponent_policy.sum() / b,
         "outcome": w.outcome * (outcome * value_weight).sum() / b,
-        "ownership": w.ownership * (ownership * value_weight).sum() / b,
-        "score_pdf": w.score_pdf * (score_pdf * value_weight).sum() / b,
-        "score_cdf": w.score_cdf * (score_cdf * value_weight).sum() / b,
+        "ownership": w.ownership * (ownership * known).sum() / b,
+        "score_pdf": w.score_pdf * (score_pdf * known).sum() / b,
+        "score_cdf": w.score_cdf * (score_cdf * known).sum() / b,
         "score_mean": w.score_mean * (score_mean * value_weight).sum() / b,
         "score_stdev": w.score_stdev * (score_stdev * value_weight).sum() / b,
     }

@@ -19,9 +19,11 @@ the top row), a pass is index n * n. Values are from the side of the player to m
 | policy_target   | list<float32>   | n * n + 1: the root's visits after pruning, summing to 1    |
 | policy_weight   | float32         | 1 for a full search (decided games less), 0 for a cheap one |
 | opponent_move   | int16           | the opponent's reply (its index), -1 if the game ended      |
-| outcome         | int8            | 1 win, -1 loss, 0 draw for the player to move               |
+| outcome         | float32         | 1 win, -1 loss, 0 draw for the player to move; for a side   |
+|                 |                 | position, the search's win value (-1..1)                    |
 | final_score     | float32         | the final score, the player to move's lead                  |
 | ownership       | list<int8>      | n * n: 1 the player to move's, -1 the opponent's, 0 neither |
+| score_weight    | float32         | 1; 0 for a side position (score and ownership not known)    |
 | value_weight    | float32         | 1, or the decided-game weight                               |
 | visits          | int32           | the root's visits                                           |
 | root_value      | float32         | the search's win value at the root, -1..1                   |
@@ -57,9 +59,10 @@ SCHEMA = pa.schema(
         pa.field("policy_target", pa.list_(pa.float32()), nullable=False),
         pa.field("policy_weight", pa.float32(), nullable=False),
         pa.field("opponent_move", pa.int16(), nullable=False),
-        pa.field("outcome", pa.int8(), nullable=False),
+        pa.field("outcome", pa.float32(), nullable=False),
         pa.field("final_score", pa.float32(), nullable=False),
         pa.field("ownership", pa.list_(pa.int8()), nullable=False),
+        pa.field("score_weight", pa.float32(), nullable=False),
         pa.field("value_weight", pa.float32(), nullable=False),
         pa.field("visits", pa.int32(), nullable=False),
         pa.field("root_value", pa.float32(), nullable=False),
@@ -103,9 +106,10 @@ def table_from_columns(cols: dict[str, np.ndarray], *, game_ids, generation, mod
             "policy_target": _lists(cols["policy"], sizes * sizes + 1, pa.float32()),
             "policy_weight": pa.array(cols["policy_weight"].astype(np.float32)),
             "opponent_move": pa.array(cols["next_move"].astype(np.int16)),
-            "outcome": pa.array(cols["outcome"].astype(np.int8)),
+            "outcome": pa.array(cols["outcome"].astype(np.float32)),
             "final_score": pa.array(cols["final_score"].astype(np.float32)),
             "ownership": _lists(cols["ownership"], sizes * sizes, pa.int8()),
+            "score_weight": pa.array(cols["score_weight"].astype(np.float32)),
             "value_weight": pa.array(cols["value_weight"].astype(np.float32)),
             "visits": pa.array(cols["visits"].astype(np.int32)),
             "root_value": pa.array(cols["root_value"].astype(np.float32)),

@@ -78,6 +78,8 @@ class SelfPlayParams(Section):
     early_fork_probability: float = Probability
     early_fork_turn: float = Field(ge=0)
     side_position_probability: float = Probability
+    side_continue_probability: float = Probability
+    record_cheap_searches: bool
     decided_winrate: float = Probability
     decided_turns: int = Field(ge=1)
     decided_visits: int = Field(ge=1)
@@ -104,6 +106,8 @@ class SelfPlayParams(Section):
             early_fork_probability=self.early_fork_probability,
             early_fork_turn=self.early_fork_turn,
             side_position_probability=self.side_position_probability,
+            side_continue_probability=self.side_continue_probability,
+            record_cheap_searches=self.record_cheap_searches,
             decided_winrate=self.decided_winrate,
             decided_turns=self.decided_turns,
             decided_visits=self.decided_visits,
@@ -182,10 +186,13 @@ def sgf_record(game: FinishedGame, game_id: str, model_id: str, generation: int)
             text += f": {int(info.visits[i])} visits, Black wins {black:.1%}"
         comments.append(text)
     lead = info.black_lead
-    result = "0" if lead == 0 else f"B+{lead:g}" if lead > 0 else f"W+{-lead:g}"
+    if info.side_of >= 0:
+        result = None  # a side position is not played out
+    else:
+        result = "0" if lead == 0 else f"B+{lead:g}" if lead > 0 else f"W+{-lead:g}"
     root = [f"tengen self-play, generation {generation}, game {game_id}, model {model_id}"]
     if info.side_of >= 0:
-        root.append(f"side position of game {info.side_of}")
+        root.append(f"side position of game {info.side_of} (not played out)")
     if info.fork_turn >= 0:
         root.append(f"early fork at turn {info.fork_turn}")
     if info.decided_at >= 0:
@@ -285,27 +292,34 @@ def run(params: SelfPlayParams, io: SelfPlayIO, *, progress: bool = True) -> dic
 
 
 class _Stats:
+    """The generation's metrics: games (side positions counted apart), rows, results."""
+
     def __init__(self):
         self.games = 0
+        self.sides = 0
         self.rows = 0
+        self.side_rows = 0
         self.full_rows = 0
         self.moves = 0
         self.black_wins = 0
         self.draws = 0
-        self.side = 0
         self.forks = 0
         self.handicap = 0
         self.decided = 0
 
     def add(self, game: FinishedGame) -> None:
         info = game.info
-        self.games += 1
-        self.rows += len(game.rows["turn"])
+        rows = len(game.rows["turn"])
+        self.rows += rows
         self.full_rows += int((game.rows["policy_weight"] > 0).sum())
+        if info.side_of >= 0:
+            self.sides += 1
+            self.side_rows += rows
+            return
+        self.games += 1
         self.moves += len(info.moves)
         self.black_wins += info.black_lead > 0
         self.draws += info.black_lead == 0
-        self.side += info.side_of >= 0
         self.forks += info.fork_turn >= 0
         self.handicap += info.handicap > 0
         self.decided += info.decided_at >= 0
@@ -316,10 +330,11 @@ class _Stats:
             "games": self.games,
             "rows": self.rows,
             "rows_with_policy_target": self.full_rows,
+            "side_positions": self.sides,
+            "side_position_rows": self.side_rows,
             "mean_game_length": round(self.moves / g, 2),
             "black_win_rate": round(self.black_wins / g, 4),
             "draw_rate": round(self.draws / g, 4),
-            "side_position_games": self.side,
             "early_fork_games": self.forks,
             "handicap_games": self.handicap,
             "decided_games": self.decided,

@@ -59,3 +59,26 @@ def test_bench_features_rejects_bad_sizes():
     result = run_cli("bench", "features", "--sizes", "9,twenty")
     assert result.returncode != 0 and "expected sizes like 9,19" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_bench_selfplay_json_shape():
+    result = run_cli(
+        "bench", "selfplay", "--json", "--seconds", "0.5", "--runs", "b2c16:5",
+        "--slots", "4", "--leaves", "2",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    (row,) = json.loads(result.stdout)
+    assert {
+        "net", "board", "games_in_parallel", "device", "selfplay_visits_per_s",
+        "net_only_evals_per_s", "efficiency",
+    } <= set(row)  # fmt: skip
+    assert (row["net"], row["board"], row["games_in_parallel"], row["batch"]) == ("b2c16", 5, 4, 8)
+    assert row["selfplay_visits_per_s"] > 0 and row["net_only_evals_per_s"] > 0
+    assert row["efficiency"] == pytest.approx(
+        row["selfplay_visits_per_s"] / row["net_only_evals_per_s"], rel=0.01
+    )
+
+
+def test_bench_selfplay_rejects_bad_runs():
+    result = run_cli("bench", "selfplay", "--runs", "b6c96:nine")
+    assert result.returncode != 0 and "net:board pairs" in result.stderr

@@ -167,6 +167,25 @@ def test_a_policy_weight_of_zero_removes_only_the_policy_terms():
         assert cheap[term] == full[term], term
 
 
+def test_a_score_weight_of_zero_removes_only_the_score_and_ownership_terms():
+    """A side position's row: outcome from its search, final score and ownership unknown."""
+    torch.manual_seed(0)
+    model = GoNet(SIZES["b2c16"]).eval()
+    planes, glob = inputs(4, 7)
+    target = targets(4, 7)
+    with torch.no_grad():
+        out = model(planes, glob)
+    full = loss_terms(out, target, planes[:, 0])
+    target["score_weight"] = torch.tensor([1.0, 0.0, 1.0, 0.0])
+    side = loss_terms(out, target, planes[:, 0])
+    for term in ("ownership", "score_pdf", "score_cdf"):
+        assert side[term] < full[term], term
+    for term in ("policy", "opponent_policy", "outcome", "score_mean", "score_stdev"):
+        assert side[term] == full[term], term
+    target["score_weight"] = torch.ones(4)
+    assert loss_terms(out, target, planes[:, 0])["total"] == full["total"]
+
+
 def test_training_on_a_fixed_batch_lowers_the_loss():
     torch.manual_seed(0)
     model = GoNet(SIZES["b2c16"]).train()

@@ -103,7 +103,7 @@ def reference_select(tree, g, n, params, is_root):
         for e in edges
         if tree.edge_child[g, e] >= 0 and tree.visits[g, tree.edge_child[g, e]] > 0
     )
-    reduction = params.root_fpu_reduction if is_root else params.fpu_reduction
+    reduction = params.root_fpu_reduction if is_root and tree.explore[g] else params.fpu_reduction
     fpu = parent_q - reduction * math.sqrt(visited)
     total = int(tree.visits[g, S.ROOT])
     scores = []
@@ -112,7 +112,7 @@ def reference_select(tree, g, n, params, is_root):
         n_child = int(tree.visits[g, child]) if child >= 0 else 0
         prior = float(tree.edge_prior[g, e])
         forced = math.sqrt(params.forced_playouts_k * prior * total)
-        if is_root and params.forced_playouts_k > 0 and n_child < forced:
+        if is_root and tree.explore[g] and params.forced_playouts_k > 0 and n_child < forced:
             scores.append(1e20 + prior)
             continue
         q = tree.value_sum[g, child] / n_child if n_child else fpu
@@ -134,6 +134,8 @@ def test_puct_selection_matches_the_reference(params):
     roots = gb.new_boards(2, 7, max_moves=200)
     tree = S.search(roots, random_evaluator(1), 120, params=params)
     checked = 0
+    # Game 1 as a cheap search: no forced playouts, the ordinary first-play urgency at its root.
+    tree.explore[1] = 0
     for g in range(2):
         for n in range(tree.node_count[g]):
             if tree.first_edge[g, n] < 0 or tree.num_edges[g, n] == 0:

@@ -79,7 +79,9 @@ def tiny_model(tmp_path_factory) -> Path:
 
 def check_generation(folder: Path) -> list[dict]:
     """Every row against its game's SGF: the position replays legally and encodes to the
-    stored planes; targets, outcome, score, ownership and opponent move agree with the game."""
+    stored planes; targets, outcome, score, ownership and opponent move agree with the game.
+    A side position's rows take their outcome from their search and leave score and
+    ownership free."""
     rows = [r for shard in R.list_shards(folder) for r in R.read_shard(shard).to_pylist()]
     by_game: dict[str, list[dict]] = {}
     for r in rows:
@@ -89,8 +91,12 @@ def check_generation(folder: Path) -> list[dict]:
     for path in sgfs:
         record = read_sgf(path)
         end = replay(record)  # every move legal
-        lead = float(record.result[2:]) if record.result != "0" else 0.0
-        black_lead = lead if record.result.startswith("B") else -lead
+        side = "side position of game" in (record.root_comment or "")
+        if side:
+            assert record.result is None
+        else:
+            lead = float(record.result[2:]) if record.result != "0" else 0.0
+            black_lead = lead if record.result.startswith("B") else -lead
         for r in by_game.get(path.stem, []):
             n = r["board_size"]
             assert n == record.size and r["rules"] == record.rules
@@ -106,33 +112,43 @@ def check_generation(folder: Path) -> list[dict]:
             assert len(target) == n * n + 1
             if r["policy_weight"] > 0:
                 assert target.sum() == pytest.approx(1.0, abs=1e-5)
-            # The chosen move is one the search visited (the target's support).
-            color, move = record.moves[r["turn"]]
-            index = n * n if move is None else move[1] * n + move[0]
-            assert target[index] > 0 or r["policy_weight"] == 0
+            if r["turn"] < len(record.moves):
+                # The move played is one the search visited (the target's support).
+                color, move = record.moves[r["turn"]]
+                index = n * n if move is None else move[1] * n + move[0]
+                assert target[index] > 0 or r["policy_weight"] == 0
             if r["turn"] + 1 < len(record.moves):
                 _, reply = record.moves[r["turn"] + 1]
                 assert r["opponent_move"] == (n * n if reply is None else reply[1] * n + reply[0])
             else:
                 assert r["opponent_move"] == -1
+            assert len(r["ownership"]) == n * n
+            if side:
+                assert r["outcome"] == pytest.approx(r["root_value"])
+                assert r["score_weight"] == 0 and not any(r["ownership"])
+                continue
             mover = 1 if r["to_move"] == BLACK else -1
+            assert r["score_weight"] == 1
             assert r["final_score"] == pytest.approx(mover * black_lead)
             assert r["outcome"] == mover * np.sign(black_lead)
-            assert len(r["ownership"]) == n * n
             assert set(r["ownership"]) <= {-1, 0, 1}
-        assert end.b.passes[0] >= 2 or end.b.move_count[0] >= math.ceil(3.0 * record.size**2)
+        if not side:
+            assert end.b.passes[0] >= 2 or end.b.move_count[0] >= math.ceil(3.0 * record.size**2)
     return rows
 
 
 def test_stage_writes_shards_that_replay(tmp_path, tiny_model):
-    metrics, io = play(tmp_path, generation=1, model=tiny_model)
+    metrics, io = play(
+        tmp_path, generation=1, model=tiny_model, record_cheap_searches=True, rows_per_shard=20
+    )
     rows = check_generation(io.out)
     assert metrics["games"] == 6 and metrics["rows"] == len(rows) > 0
     assert json.loads(io.metrics.read_text()) == metrics
     assert {r["model_id"] for r in rows} == {"tiny"}
     assert {r["generation"] for r in rows} == {1}
-    assert len(R.list_shards(io.out)) >= 2  # rows_per_shard 60
-    # Full searches (and only they) carry a policy target, with the visits asked.
+    assert len(R.list_shards(io.out)) >= 2  # rows_per_shard 20
+    # Full searches (and only they) carry a policy target, with the visits asked; cheap ones
+    # give value-only rows (record_cheap_searches).
     full = [r for r in rows if r["policy_weight"] > 0]
     cheap = [r for r in rows if r["policy_weight"] == 0]
     assert full and cheap
@@ -187,12 +203,18 @@ def test_side_positions_and_forks_replay(tmp_path):
         side_position_probability=0.2,
     )
     check_generation(io.out)
-    assert metrics["side_position_games"] > 0 and metrics["handicap_games"] > 0
+    assert metrics["games"] == 8 and metrics["handicap_games"] > 0
+    assert metrics["side_positions"] > 0 and metrics["side_position_rows"] > 0
     records = [read_sgf(p) for p in (io.out / "sgf").glob("*.sgf")]
     sides = [r for r in records if "side position of game" in (r.root_comment or "")]
-    assert len(sides) == metrics["side_position_games"]
-    # A side game's record holds its parent's moves up to the fork, then the alternative.
-    assert all(any(c == "side position" for c in r.comments) for r in sides)
+    assert len(sides) == metrics["side_positions"] and len(records) == 8 + len(sides)
+    # A side position's record holds its game's moves up to the branch, then the alternative
+    # (never a pass), then any moves it went on for.
+    for r in sides:
+        kinds = r.comments
+        at = kinds.index("side position")
+        assert r.moves[at][1] is not None
+        assert all(k.startswith("full search") for k in kinds[at + 1 :])
 
 
 def test_decided_games_get_fewer_visits_and_lighter_rows(tmp_path):
@@ -210,6 +232,39 @@ def test_decided_games_get_fewer_visits_and_lighter_rows(tmp_path):
         assert weights[:2] == [1.0, 1.0][: len(weights)]
         assert all(w == 0.25 for w in weights[2:])
         assert all(r["policy_weight"] in (0.0, 0.25) for r in game_rows[2:])
+
+
+def test_rows_keep_their_references_when_the_pool_grows():
+    rows = SP.Rows(5, capacity=4)
+
+    def add(game, turns, refs):
+        k = len(turns)
+        return rows.append(
+            refs, slot_game=np.full(k, game), turn=np.array(turns), to_move=np.ones(k),
+            size=np.full(k, 5), planes=np.zeros((k, F.packed_length(5))), glob=np.zeros((k, 10)),
+            policy=np.zeros((k, 26)), policy_weight=np.ones(k), value_weight=np.ones(k),
+            next_move=np.full(k, -1), visits=np.ones(k), root_value=np.zeros(k),
+            root_score=np.zeros(k),
+        )  # fmt: skip
+
+    refs = np.full(3, -1, np.int64)
+    refs[0] = add(0, [0, 1], refs)[-1]
+    refs[1] = add(1, [0], refs)[-1]
+    refs[2] = add(2, [0], refs)[-1]
+    assert rows.take(0)["turn"].tolist() == [0, 1]
+    refs[0] = -1
+    new = add(3, [5, 6, 7], refs)  # no room: the pool compacts and grows
+    assert rows.columns["slot_game"][refs[1]] == 1 and rows.columns["slot_game"][refs[2]] == 2
+    assert rows.columns["turn"][new].tolist() == [5, 6, 7] and refs[0] == -1
+    assert rows.take(1)["turn"].tolist() == [0] and rows.take(3)["turn"].tolist() == [5, 6, 7]
+
+
+def test_many_slots_keep_every_row_right(tmp_path):
+    """Enough games at once that the row pool grows mid-game (its first 1024 rows)."""
+    _, io = play(tmp_path, games=24, slots=24, full_visits=3, cheap_visits=2,
+                 record_cheap_searches=True, side_position_probability=0.05)  # fmt: skip
+    rows = check_generation(io.out)
+    assert len(rows) > 1024
 
 
 def test_playout_cap_fraction():
