@@ -152,7 +152,8 @@ def test_each_loss_term_is_zero_or_minimal_on_a_perfect_prediction():
         assert worse["total"] > perfect["total"], key
 
 
-def test_a_policy_weight_of_zero_removes_only_the_policy_terms():
+def _row_weight_case(column: str):
+    """An untrained net's loss on 4 rows, all weights 1 and with `column` = [1, 0, 1, 0]."""
     torch.manual_seed(0)
     model = GoNet(SIZES["b2c16"]).eval()
     planes, glob = inputs(4, 7)
@@ -160,8 +161,12 @@ def test_a_policy_weight_of_zero_removes_only_the_policy_terms():
     with torch.no_grad():
         out = model(planes, glob)
     full = loss_terms(out, target, planes[:, 0])
-    target["policy_weight"] = torch.tensor([1.0, 0.0, 1.0, 0.0])
-    cheap = loss_terms(out, target, planes[:, 0])
+    target[column] = torch.tensor([1.0, 0.0, 1.0, 0.0])
+    return full, loss_terms(out, target, planes[:, 0]), (out, target, planes[:, 0])
+
+
+def test_a_policy_weight_of_zero_removes_only_the_policy_terms():
+    full, cheap, _ = _row_weight_case("policy_weight")
     assert cheap["policy"] < full["policy"] and cheap["opponent_policy"] < full["opponent_policy"]
     for term in ("outcome", "ownership", "score_pdf", "score_cdf", "score_mean"):
         assert cheap[term] == full[term], term
@@ -169,21 +174,13 @@ def test_a_policy_weight_of_zero_removes_only_the_policy_terms():
 
 def test_a_score_weight_of_zero_removes_only_the_score_and_ownership_terms():
     """A side position's row: outcome from its search, final score and ownership unknown."""
-    torch.manual_seed(0)
-    model = GoNet(SIZES["b2c16"]).eval()
-    planes, glob = inputs(4, 7)
-    target = targets(4, 7)
-    with torch.no_grad():
-        out = model(planes, glob)
-    full = loss_terms(out, target, planes[:, 0])
-    target["score_weight"] = torch.tensor([1.0, 0.0, 1.0, 0.0])
-    side = loss_terms(out, target, planes[:, 0])
+    full, side, (out, target, mask) = _row_weight_case("score_weight")
     for term in ("ownership", "score_pdf", "score_cdf"):
         assert side[term] < full[term], term
     for term in ("policy", "opponent_policy", "outcome", "score_mean", "score_stdev"):
         assert side[term] == full[term], term
     target["score_weight"] = torch.ones(4)
-    assert loss_terms(out, target, planes[:, 0])["total"] == full["total"]
+    assert loss_terms(out, target, mask)["total"] == full["total"]
 
 
 def test_training_on_a_fixed_batch_lowers_the_loss():
