@@ -276,10 +276,10 @@ def _play_some(b, moves, which, start, stop):
 
 
 @driver
-def _encode_some(b, w, which, planes, glob, start, stop):
+def _encode_some(b, w, which, symmetry, planes, glob, start, stop):
     for g in range(start, stop):
         if which[g]:
-            F.encode(b, g, w, 0, planes[g], glob[g])
+            F.encode(b, g, w, symmetry[g], planes[g], glob[g])
 
 
 @driver
@@ -534,28 +534,46 @@ class SelfPlay:
         )
         self.noise_due &= ~ready
 
+    def _needed(self) -> np.ndarray:
+        """[G * L] bool: the leaves that need the network: selected, not a finished game, and
+        not a node another leaf of the same game selected this step (that one is dropped)."""
+        t = self.tree
+        leaf = t.leaf
+        need = leaf >= 0
+        need &= t.terminal[np.arange(self.slots)[:, None], np.maximum(leaf, 0)] == 0
+        for i in range(1, leaf.shape[1]):
+            need[:, i] &= ~(leaf[:, :i] == leaf[:, i : i + 1]).any(axis=1)
+        return need.reshape(-1)
+
     def _evaluate(self, leaves: Boards):
-        """One network call for every leaf board; returns the search's leaf values."""
+        """One network call for the leaves that need it; returns the search's leaf values."""
         c = self.config
-        symmetry = self.rng.integers(0, 8, leaves.games)
-        F.encode_all(leaves, self.leaf_work, self.planes, self.glob, symmetry)
-        legal = F.legal_tensor_all(leaves, self.tensor, symmetry)
-        out = self.net(self.planes, self.glob, legal=legal)
-        self.evaluations += leaves.games
-        policy = F.policy_all(leaves, np.asarray(out["policy"], np.float32), symmetry)
-        value = np.asarray(out["value"], np.float32)
+        b = leaves.games
+        symmetry = self.rng.integers(0, 8, b)
+        need = self._needed()
+        rows = np.flatnonzero(need)
+        policy_t = np.zeros((b, self.tensor * self.tensor + 1), np.float32)
+        value = np.zeros((b, 3), np.float32)
+        score_mean = np.zeros(b, np.float64)
+        score_stdev = np.zeros(b, np.float64)
+        if len(rows):
+            over_games(
+                _encode_some, b, leaves, self.leaf_work, need, symmetry, self.planes, self.glob
+            )
+            legal = F.legal_tensor_all(leaves, self.tensor, symmetry)
+            out = self.net(self.planes[rows], self.glob[rows], legal=legal[rows])
+            self.evaluations += len(rows)
+            policy_t[rows] = out["policy"]
+            value[rows] = out["value"]
+            score_mean[rows] = out["score_mean"]
+            score_stdev[rows] = out["score_stdev"]
+        policy = F.policy_all(leaves, policy_t, symmetry)
         win = value[:, 0] - value[:, 1]
         mover = np.where(leaves.to_move == BLACK, 1.0, -1.0)
-        black_mean = mover * np.asarray(out["score_mean"], np.float64)
-        per = c.leaves_per_game
-        centre = np.repeat(self.tree.centre, per)
+        black_mean = mover * score_mean
+        centre = np.repeat(self.tree.centre, c.leaves_per_game)
         utility = win + S.expected_score_utility(
-            black_mean,
-            np.asarray(out["score_stdev"], np.float64),
-            centre,
-            leaves.size,
-            leaves.to_move,
-            c.search.score_utility,
+            black_mean, score_stdev, centre, leaves.size, leaves.to_move, c.search.score_utility
         )
         return policy, utility, win, black_mean.astype(np.float32)
 
@@ -713,8 +731,8 @@ class SelfPlay:
         which = np.zeros(self.slots, np.bool_)
         which[s_idx] = True
         over_games(
-            _encode_some, self.slots, self.roots, self.root_work, which, self.root_planes,
-            self.root_glob,
+            _encode_some, self.slots, self.roots, self.root_work, which,
+            np.zeros(self.slots, np.int64), self.root_planes, self.root_glob,
         )  # fmt: skip
         sizes = self.roots.size[s_idx]
         packed = np.zeros((len(s_idx), F.packed_length(self.layout)), np.uint8)
