@@ -69,6 +69,28 @@ def test_search_captures_the_group_in_atari():
     assert gb.point_xy(game.b.stride, best) == (2, 0)
 
 
+def test_search_finds_the_one_move_that_saves_a_group():
+    """Black's two stones have one liberty: Black wins if they live (komi -6.5), and only the
+    extension keeps White from capturing them at once."""
+    game = game_from_diagram(
+        """
+        . . . . .
+        . O O O .
+        O X X . .
+        . O O . .
+        . . . . .
+        """,
+        rules="chinese",
+        to_move=BLACK,
+    )
+    game.set_komi(-6.5)
+    tree = S.search(game.b, score_evaluator, 1500)
+    visits = S.root_visits(tree, 0)
+    ranked = sorted(visits, key=visits.get, reverse=True)
+    assert gb.point_xy(game.b.stride, ranked[0]) == (3, 2)
+    assert visits[ranked[0]] > 5 * visits[ranked[1]]  # 936 against 70
+
+
 def test_passing_to_end_a_won_game_is_a_terminal_win():
     game = game_from_diagram(
         """
