@@ -12,13 +12,11 @@ shards on the CPU (params `selfplay.seed` with the generation number).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import hashlib
 import json
-import os
-import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -37,6 +35,7 @@ from gocore.selfplay import (
     UniformNet,
 )
 from gocore.sgf import GameRecord, save_sgf
+from stages.atomic import output_dir, write_json
 from stages.params import DEFAULT_PATH, ParamsError, Section, device_of, load_params, section
 from stages.rows import SCHEMA, table_from_columns, write_shard
 
@@ -242,10 +241,8 @@ class _Progress:
         rates = f"{sp.moves_done / elapsed:,.0f} moves/s  {sp.visits_done / elapsed:,.0f} visits/s"
         self.bar.update(self.task, completed=sp.finished, rates=rates)
 
-    def close(self, sp: SelfPlay) -> None:
+    def close(self) -> None:
         if self.bar is not None:
-            self.last = 0.0
-            self(sp)
             self.bar.stop()
 
 
@@ -257,20 +254,16 @@ def run(params: SelfPlayParams, io: SelfPlayIO, *, progress: bool = True) -> dic
     sp = SelfPlay(config, net, games=params.games, slots=params.slots, seed=seed)
     bar = _Progress(params.games, progress)
     sp.on_step = bar
-    out = Path(io.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
     start = time.perf_counter()
-    try:
+    with output_dir(io.out) as tmp, contextlib.closing(bar):
         pending: list[tuple[FinishedGame, str]] = []
         pending_rows = 0
         shard = 0
         stats = _Stats()
         for game in sp.run():
             game_id = f"g{io.generation}-s{params.seed}-{game.info.index:06d}"
-            save_sgf(
-                sgf_record(game, game_id, model_id, io.generation), tmp / "sgf" / f"{game_id}.sgf"
-            )
+            record = sgf_record(game, game_id, model_id, io.generation)
+            save_sgf(record, tmp / "sgf" / f"{game_id}.sgf")
             stats.add(game)
             pending.append((game, game_id))
             pending_rows += len(game.rows["turn"])
@@ -280,14 +273,9 @@ def run(params: SelfPlayParams, io: SelfPlayIO, *, progress: bool = True) -> dic
         if pending or shard == 0:
             _write(pending, tmp / f"part-{shard}.parquet", io.generation, model_id)
         seconds = time.perf_counter() - start
-        bar.close(sp)
         metrics = stats.metrics(sp, seconds)
         metrics.update(generation=io.generation, model_id=model_id, seed=seed)
-        _replace_dir(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    _write_json(metrics, Path(io.metrics))
+    write_json(metrics, io.metrics)
     return metrics
 
 
@@ -358,26 +346,6 @@ def _write(pending, path: Path, generation: int, model_id: str) -> None:
         cols, game_ids=game_ids, generation=generation, model_id=model_id, rules=rules, komi=komi
     )
     write_shard(table, path)
-
-
-def _replace_dir(tmp: Path, out: Path) -> None:
-    """Move the finished folder into place, replacing an older one."""
-    old = None
-    if out.exists():
-        old = out.with_name(f".{out.name}.old-{os.getpid()}")
-        os.replace(out, old)
-    os.replace(tmp, out)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
-def _write_json(data: dict, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=2, sort_keys=True)
-        f.write("\n")
-    os.replace(tmp, path)
 
 
 def main(argv: list[str] | None = None) -> int:
