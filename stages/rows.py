@@ -156,3 +156,87 @@ def read_shard(path: str | Path, columns: list[str] | None = None) -> pa.Table:
 def list_shards(folder: str | Path) -> list[Path]:
     """The shards of a folder, in order (part-0.parquet, part-1.parquet, ...)."""
     return sorted(Path(folder).glob("part-*.parquet"), key=lambda p: int(p.stem.split("-", 1)[1]))
+
+
+# ---------------------------------------------------------------------------------------------
+# Rows -> training arrays
+# ---------------------------------------------------------------------------------------------
+
+
+def _symmetric_index(n: int, sym: int) -> np.ndarray:
+    """[n * n]: where each point index of an n x n board goes under symmetry `sym` (bit 0
+    mirrors x, bit 1 mirrors y, bit 2 then transposes: gocore.features.symmetric_xy)."""
+    y, x = np.divmod(np.arange(n * n), n)
+    if sym & 1:
+        x = n - 1 - x
+    if sym & 2:
+        y = n - 1 - y
+    if sym & 4:
+        x, y = y, x
+    return y * n + x
+
+
+def training_arrays(table: pa.Table, tensor: int, symmetry: np.ndarray) -> dict[str, np.ndarray]:
+    """The rows of `table` as the network's inputs and the loss's targets (nets.losses), each
+    board in the top-left of a tensor x tensor plane and turned by its row's symmetry (0..7):
+    planes [B, 18, T, T], glob [B, 10], policy [B, T*T + 1], opponent_move [B] (T-layout index,
+    -1 for none), outcome [B, 3] (win, loss, no result), score, ownership [B, T, T], and the
+    policy, value and score weights [B]."""
+    from gocore.features import N_PLANES, unpack_planes
+
+    b = table.num_rows
+    sizes = table.column("board_size").to_numpy().astype(np.int64)
+    if b and sizes.max() > tensor:
+        raise ValueError(f"a {sizes.max()}x{sizes.max()} row does not fit a {tensor} tensor")
+    planes = np.zeros((b, N_PLANES, tensor, tensor), np.float32)
+    policy = np.zeros((b, tensor * tensor + 1), np.float32)
+    ownership = np.zeros((b, tensor, tensor), np.float32)
+    opponent = np.full(b, -1, np.int64)
+    packed = table.column("planes").to_numpy(zero_copy_only=False)
+    policy_lists = table.column("policy_target").combine_chunks()
+    owner_lists = table.column("ownership").combine_chunks()
+    policy_flat = policy_lists.flatten().to_numpy()
+    owner_flat = owner_lists.flatten().to_numpy()
+    policy_at = policy_lists.offsets.to_numpy()
+    owner_at = owner_lists.offsets.to_numpy()
+    reply = table.column("opponent_move").to_numpy().astype(np.int64)
+    for n in np.unique(sizes):
+        n = int(n)
+        area = n * n
+        grid = (np.arange(area) // n) * tensor + np.arange(area) % n  # local -> tensor index
+        for sym in np.unique(symmetry[sizes == n]):
+            rows = np.flatnonzero((sizes == n) & (symmetry == sym))
+            moved = _symmetric_index(n, int(sym))
+            raw = np.frombuffer(b"".join(packed[rows]), np.uint8).reshape(len(rows), -1)
+            local = unpack_planes(raw, n).reshape(len(rows), N_PLANES, area)
+            turned = np.zeros_like(local)
+            turned[:, :, moved] = local
+            planes[rows, :, :n, :n] = turned.reshape(len(rows), N_PLANES, n, n)
+            target = policy_flat[policy_at[rows][:, None] + np.arange(area + 1)[None, :]]
+            policy[rows[:, None], grid[moved][None, :]] = target[:, :area]
+            policy[rows, tensor * tensor] = target[:, area]
+            owned = owner_flat[owner_at[rows][:, None] + np.arange(area)[None, :]]
+            ownership.reshape(b, -1)[rows[:, None], grid[moved][None, :]] = owned
+            r = reply[rows]
+            on_board = (r >= 0) & (r < area)
+            opponent[rows] = np.where(
+                on_board, grid[moved][np.clip(r, 0, area - 1)], np.where(r == area, tensor**2, -1)
+            )
+    outcome = table.column("outcome").to_numpy().astype(np.float32)
+    return {
+        "planes": planes,
+        "glob": table.column("globals")
+        .combine_chunks()
+        .flatten()
+        .to_numpy()
+        .astype(np.float32)
+        .reshape(b, -1),
+        "policy": policy,
+        "policy_weight": table.column("policy_weight").to_numpy().astype(np.float32),
+        "opponent_move": opponent,
+        "outcome": np.stack([(1 + outcome) / 2, (1 - outcome) / 2, np.zeros(b, np.float32)], 1),
+        "score": table.column("final_score").to_numpy().astype(np.float32),
+        "ownership": ownership,
+        "value_weight": table.column("value_weight").to_numpy().astype(np.float32),
+        "score_weight": table.column("score_weight").to_numpy().astype(np.float32),
+    }

@@ -131,3 +131,26 @@ def prefect_api():
 
     with prefect_test_harness(server_startup_timeout=120):
         yield
+
+
+@pytest.fixture(scope="session")
+def selfplay_generations(tmp_path_factory) -> Path:
+    """Three generations of real self-play shards (5x5, uniform priors, few visits):
+    gen-0, gen-1, gen-2 under the returned folder."""
+    import yaml
+
+    from stages import selfplay
+    from stages.params import load_params
+
+    root = tmp_path_factory.mktemp("selfplay")
+    params = load_params(REPO / "params.yaml")
+    params["selfplay"].update(
+        games=4, slots=4, full_visits=3, cheap_visits=2, decided_visits=2,
+        board_sizes={5: 1.0}, rows_per_shard=15, record_cheap_searches=True,
+    )  # fmt: skip
+    path = root / "params.yaml"
+    path.write_text(yaml.safe_dump(params))
+    for gen in range(3):
+        p, io = selfplay.prepare(path, gen, out=root / f"gen-{gen}", metrics=root / "m.json")
+        selfplay.run(p, io, progress=False)
+    return root

@@ -10,12 +10,9 @@ import sys
 
 import pyarrow.parquet as pq
 import pytest
-import yaml
 
 from stages import rows as R
-from stages import selfplay as selfplay_stage
 from stages import shuffle
-from stages.params import load_params
 from tests.conftest import REPO
 
 
@@ -34,20 +31,8 @@ def test_window_formula_against_hand_values():
 
 
 @pytest.fixture(scope="module")
-def generations(tmp_path_factory):
-    """Three generations of real 5x5 self-play shards."""
-    root = tmp_path_factory.mktemp("selfplay")
-    params = load_params(REPO / "params.yaml")
-    params["selfplay"].update(
-        games=4, slots=4, full_visits=3, cheap_visits=2, decided_visits=2,
-        board_sizes={5: 1.0}, rows_per_shard=15, record_cheap_searches=True,
-    )  # fmt: skip
-    path = root / "params.yaml"
-    path.write_text(yaml.safe_dump(params))
-    for gen in range(3):
-        p, io = selfplay_stage.prepare(path, gen, out=root / f"gen-{gen}", metrics=root / "m.json")
-        selfplay_stage.run(p, io, progress=False)
-    return root
+def generations(selfplay_generations):
+    return selfplay_generations
 
 
 def _params(**kw):
