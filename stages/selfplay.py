@@ -11,11 +11,9 @@ shards on the CPU (params `selfplay.seed` with the generation number).
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import hashlib
-import json
 import sys
 import time
 from pathlib import Path
@@ -35,8 +33,9 @@ from gocore.selfplay import (
     UniformNet,
 )
 from gocore.sgf import GameRecord, save_sgf
+from stages import cli
 from stages.atomic import output_dir, write_json
-from stages.params import DEFAULT_PATH, ParamsError, Section, device_of, load_params, section
+from stages.params import ParamsError, Section, device_of, load_params, section
 from stages.rows import SCHEMA, table_from_columns, write_shard
 
 Probability = Field(ge=0.0, le=1.0)
@@ -349,34 +348,22 @@ def _write(pending, path: Path, generation: int, model_id: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m stages.selfplay", description=__doc__.split("\n")[0]
-    )
-    parser.add_argument("--generation", type=int, required=True)
-    parser.add_argument("--params", type=Path, default=DEFAULT_PATH)
-    parser.add_argument(
-        "--model", type=Path, default=None, help="champion checkpoint (none: uniform)"
-    )
-    parser.add_argument("--out", type=Path, default=None)
-    parser.add_argument("--metrics", type=Path, default=None)
-    parser.add_argument("--games", type=int, default=None, help="override selfplay.games")
-    parser.add_argument("--quiet", action="store_true")
-    args = parser.parse_args(argv)
-    try:
+    p = cli.parser("selfplay", __doc__)
+    p.add_argument("--model", type=Path, default=None, help="champion checkpoint (none: uniform)")
+    p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--metrics", type=Path, default=None)
+    p.add_argument("--games", type=int, default=None, help="override selfplay.games")
+    p.add_argument("--quiet", action="store_true")
+    args = p.parse_args(argv)
+
+    def work():
         params, io = prepare(
-            args.params,
-            args.generation,
-            model=args.model,
-            out=args.out,
-            metrics=args.metrics,
-            games=args.games,
-        )
-        metrics = run(params, io, progress=not args.quiet)
-    except (ParamsError, ValueError) as e:
-        print(f"selfplay: error: {e}", file=sys.stderr)
-        return 2
-    print(json.dumps(metrics, indent=2, sort_keys=True))
-    return 0
+            args.params, args.generation, model=args.model, out=args.out,
+            metrics=args.metrics, games=args.games,
+        )  # fmt: skip
+        return run(params, io, progress=not args.quiet)
+
+    return cli.finish("selfplay", work)
 
 
 if __name__ == "__main__":

@@ -21,10 +21,8 @@ the end, with a manifest (sources, rows taken, files, their digests, the window'
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import hashlib
-import json
 import math
 import sys
 from pathlib import Path
@@ -34,8 +32,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import Field
 
+from stages import cli
 from stages.atomic import output_dir, write_json
-from stages.params import DEFAULT_PATH, ParamsError, Section, load_params, section
+from stages.cli import InputError
+from stages.params import Section, load_params, section
 from stages.rows import SCHEMA, ShardError, list_shards, read_shard
 
 
@@ -61,10 +61,6 @@ class ShuffleIO:
     generation: int
     selfplay: Path  # the folder of gen-0 .. gen-N, each with part-K.parquet
     out: Path  # data/windows/gen-N
-
-
-class InputError(ValueError):
-    """A missing, empty or corrupt input, named with the stage that should have made it."""
 
 
 def _sources(io: ShuffleIO) -> list[tuple[int, Path, int]]:
@@ -184,23 +180,17 @@ def _shuffle_buckets(files: int, rng, tmp: Path) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m stages.shuffle", description=__doc__.split("\n")[0]
-    )
-    parser.add_argument("--generation", type=int, required=True)
-    parser.add_argument("--params", type=Path, default=DEFAULT_PATH)
-    parser.add_argument("--selfplay", type=Path, default=Path("data/selfplay"))
-    parser.add_argument("--out", type=Path, default=None)
-    args = parser.parse_args(argv)
-    try:
+    p = cli.parser("shuffle", __doc__)
+    p.add_argument("--selfplay", type=Path, default=Path("data/selfplay"))
+    p.add_argument("--out", type=Path, default=None)
+    args = p.parse_args(argv)
+
+    def work():
         params = section(load_params(args.params), "shuffle", ShuffleParams, source=args.params)
         out = args.out or Path(f"data/windows/gen-{args.generation}")
-        metrics = run(params, ShuffleIO(args.generation, args.selfplay, out))
-    except (ParamsError, InputError) as e:
-        print(f"shuffle: error: {e}", file=sys.stderr)
-        return 2
-    print(json.dumps(metrics, indent=2))
-    return 0
+        return run(params, ShuffleIO(args.generation, args.selfplay, out))
+
+    return cli.finish("shuffle", work)
 
 
 if __name__ == "__main__":

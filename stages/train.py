@@ -1,8 +1,8 @@
 """The train stage: the network trained on generation N's window, resuming from generation
 N - 1's training state, with snapshots for the EMA stage.
 
-    python -m stages.train --generation N [--window data/windows/gen-N] [--out models/gen-N]
-        [--previous models/gen-(N-1)]
+    python -m stages.train --generation N [--window data/windows/gen-N]
+        [--out models/gen-N/train] [--previous models/gen-(N-1)/train]
 
 As in the KataGo paper: SGD with momentum, a per-sample learning rate (the step's rate is
 lr_per_sample x batch size), lower by warmup_factor for the run's first warmup_samples
@@ -10,14 +10,14 @@ samples; `samples_per_generation` samples per generation, the window's rows stre
 shuffled order (again and again if the window is smaller), each under a random one of the 8
 board symmetries; the losses of nets.losses with params.yaml's `loss` weights.
 
-Writes (atomically) models/gen-N/snapshots/snap-K.pt (K = 1..snapshots, evenly spaced),
-models/gen-N/state.pt (weights, optimizer momentum, samples seen: what generation N + 1
-resumes from), and reports/train/gen-N.json (every loss term's mean, per snapshot too).
+Writes (atomically) models/gen-N/train/snapshots/snap-K.pt (K = 1..snapshots, evenly
+spaced), models/gen-N/train/state.pt (weights, optimizer momentum, samples seen: what
+generation N + 1 resumes from), and reports/train/gen-N.json (every loss term's mean, per
+snapshot too).
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import sys
@@ -29,12 +29,14 @@ import pyarrow.parquet as pq
 import torch
 from pydantic import Field
 
-from nets.checkpoint import CheckpointError, save
+from nets.checkpoint import save
 from nets.config import SIZES, net_config
 from nets.losses import LossWeights, loss_terms
 from nets.model import GoNet
+from stages import cli
 from stages.atomic import output_dir, write_json
-from stages.params import DEFAULT_PATH, ParamsError, Section, device_of, load_params, section
+from stages.cli import InputError
+from stages.params import ParamsError, Section, device_of, load_params, section
 from stages.rows import SCHEMA, training_arrays
 
 STATE_FORMAT = "tengen-train-state-1"
@@ -60,29 +62,28 @@ class TrainParams(Section):
 class TrainIO:
     generation: int
     window: Path  # data/windows/gen-N (manifest.json and part-K.parquet)
-    out: Path  # models/gen-N
+    out: Path  # models/gen-N/train
     metrics: Path  # reports/train/gen-N.json
-    previous: Path | None = None  # models/gen-(N-1), whose state.pt this resumes from
+    previous: Path | None = None  # models/gen-(N-1)/train, whose state.pt this resumes from
     device: str = "cpu"
 
 
-class InputError(ValueError):
-    """A missing or unusable input, named with the stage that should have made it."""
-
-
-def _window_files(window: Path) -> tuple[list[Path], dict]:
+def window_files(window: Path, stage: str = "train") -> tuple[list[Path], dict]:
+    """The window's non-empty files and its manifest, checked; InputError naming `stage`."""
     manifest_path = window / "manifest.json"
     try:
         manifest = json.loads(manifest_path.read_text())
     except FileNotFoundError:
         raise InputError(
-            f"train: {manifest_path} does not exist; run the shuffle stage first"
+            f"{stage}: {manifest_path} does not exist; run the shuffle stage first"
         ) from None
     except json.JSONDecodeError as e:
-        raise InputError(f"train: {manifest_path} is not valid JSON ({e}); rerun shuffle") from None
+        raise InputError(
+            f"{stage}: {manifest_path} is not valid JSON ({e}); rerun shuffle"
+        ) from None
     files = [window / f["name"] for f in manifest.get("files", []) if f.get("rows", 0) > 0]
     if not files:
-        raise InputError(f"train: the window {window} has no rows; rerun the shuffle stage")
+        raise InputError(f"{stage}: the window {window} has no rows; rerun the shuffle stage")
     for path in files:
         try:
             schema = pq.read_schema(path)
@@ -91,7 +92,7 @@ def _window_files(window: Path) -> tuple[list[Path], dict]:
                 f"train: window file {path} is unreadable ({e}); rerun shuffle"
             ) from None
         if not schema.equals(SCHEMA, check_metadata=False):
-            raise InputError(f"train: window file {path} does not have the rows schema")
+            raise InputError(f"{stage}: window file {path} does not have the rows schema")
     return files, manifest
 
 
@@ -140,7 +141,7 @@ def run(params: TrainParams, weights: LossWeights, io: TrainIO) -> dict:
         raise ParamsError(f"train.net: unknown net {params.net!r}; known: {', '.join(SIZES)}")
     if params.threads:
         torch.set_num_threads(params.threads)
-    files, manifest = _window_files(io.window)
+    files, manifest = window_files(io.window)
     model, optimizer_state, samples = _load_state(io.previous, params, io.device)
     optimizer = torch.optim.SGD(
         model.parameters(), lr=params.lr_per_sample, momentum=params.momentum
@@ -236,11 +237,11 @@ def prepare(
     except ValueError as e:
         raise ParamsError(str(e)) from None
     if previous is None and generation > 0:
-        previous = f"models/gen-{generation - 1}"
+        previous = f"models/gen-{generation - 1}/train"
     io = TrainIO(
         generation=generation,
         window=Path(window or f"data/windows/gen-{generation}"),
-        out=Path(out or f"models/gen-{generation}"),
+        out=Path(out or f"models/gen-{generation}/train"),
         metrics=Path(metrics or f"reports/train/gen-{generation}.json"),
         previous=Path(previous) if previous is not None else None,
         device=device_of(raw, params_path),
@@ -249,27 +250,22 @@ def prepare(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m stages.train", description=__doc__.split("\n")[0]
-    )
-    parser.add_argument("--generation", type=int, required=True)
-    parser.add_argument("--params", type=Path, default=DEFAULT_PATH)
-    parser.add_argument("--window", type=Path, default=None)
-    parser.add_argument("--out", type=Path, default=None)
-    parser.add_argument("--metrics", type=Path, default=None)
-    parser.add_argument("--previous", type=Path, default=None, help="models/gen-(N-1)")
-    args = parser.parse_args(argv)
-    try:
+    p = cli.parser("train", __doc__)
+    p.add_argument("--window", type=Path, default=None)
+    p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--metrics", type=Path, default=None)
+    p.add_argument("--previous", type=Path, default=None, help="models/gen-(N-1)/train")
+    args = p.parse_args(argv)
+
+    def work():
         params, weights, io = prepare(
             args.params, args.generation, window=args.window, out=args.out,
             metrics=args.metrics, previous=args.previous,
         )  # fmt: skip
         metrics = run(params, weights, io)
-    except (ParamsError, InputError, CheckpointError) as e:
-        print(f"train: error: {e}", file=sys.stderr)
-        return 2
-    print(json.dumps({k: v for k, v in metrics.items() if k != "snapshots"}, indent=2))
-    return 0
+        return {k: v for k, v in metrics.items() if k != "snapshots"}
+
+    return cli.finish("train", work)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,117 @@
+"""The EMA stage: the moving average by hand, batch-norm statistics measured again for the
+averaged weights, and a candidate per generation carried into the next."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from nets.checkpoint import load
+from nets.losses import LossWeights
+from nets.model import MaskedBatchNorm
+from stages import ema, shuffle, train
+
+torch.set_num_threads(1)
+
+
+def test_average_against_a_hand_computation():
+    step = 1 - 0.75 ** (1 / 4)
+    snaps = [{"w": torch.tensor([float(k)]), "n": torch.tensor(k)} for k in (1, 2, 3, 4, 5)]
+    # Without a previous average it starts at the first snapshot.
+    got = ema.average(None, snaps[:2], 0.75, 4)
+    assert got["w"].item() == pytest.approx(1 + step * (2 - 1))
+    assert got["n"].item() == 2  # integer buffers take the newest
+    # Four snapshots of 1 move an average of 0 to 1 - 0.75: decay 0.75 every 4 snapshots.
+    ones = [{"w": torch.ones(3)}] * 4
+    assert ema.average({"w": torch.zeros(3)}, ones, 0.75, 4)["w"].tolist() == pytest.approx(
+        [0.25] * 3
+    )
+    by_hand = 0.0
+    for k in range(1, 6):
+        by_hand = by_hand + step * (k - by_hand)
+    assert ema.average({"w": torch.zeros(1), "n": torch.tensor(0)}, snaps, 0.75, 4)[
+        "w"
+    ].item() == pytest.approx(by_hand)
+
+
+@pytest.fixture(scope="module")
+def trained(selfplay_generations, tmp_path_factory):
+    root = tmp_path_factory.mktemp("models")
+    window = root / "window"
+    shuffle.run(
+        shuffle.ShuffleParams(window_c=60, window_alpha=0.75, window_beta=0.4, rows_per_file=40,
+                              seed=0),
+        shuffle.ShuffleIO(2, selfplay_generations, window),
+    )  # fmt: skip
+    params = train.TrainParams(
+        net="b2c16", tensor=5, batch_size=16, samples_per_generation=64, lr_per_sample=1e-3,
+        warmup_samples=0, warmup_factor=1.0, momentum=0.9, snapshots=4, seed=0, threads=1,
+    )  # fmt: skip
+    for gen in (0, 1):
+        previous = root / f"gen-{gen - 1}" / "train" if gen else None
+        io = train.TrainIO(gen, window, root / f"gen-{gen}" / "train", root / "m.json", previous)
+        train.run(params, LossWeights(), io)
+    return root, window
+
+
+def _params(**kw):
+    values = dict(decay=0.75, every=4, bn_batches=3, bn_batch_size=16, seed=0)
+    values.update(kw)
+    return ema.EmaParams(**values)
+
+
+def test_candidates_average_the_snapshots_and_carry_on(trained):
+    root, window = trained
+
+    def io(gen, previous=None):
+        return ema.EmaIO(gen, root / f"gen-{gen}/train/snapshots", window,
+                         root / f"gen-{gen}/ema", previous)  # fmt: skip
+
+    first = ema.run(_params(bn_batches=0), io(0), tensor=5)
+    assert first == {"generation": 0, "net": "b2c16", "snapshots": 4, "continued": False,
+                     "bn_batches": 0}  # fmt: skip
+    snaps = [
+        load(root / f"gen-0/train/snapshots/snap-{k}.pt")[0].state_dict() for k in (1, 2, 3, 4)
+    ]
+    candidate, meta = load(root / "gen-0/ema/candidate.pt")
+    expected = ema.average(None, snaps, 0.75, 4)
+    for name, value in candidate.state_dict().items():
+        assert torch.allclose(value, expected[name]), name
+    assert meta["generation"] == 0 and meta["model_id"] == "gen-0-ema"
+    # Generation 1 starts from generation 0's average.
+    second = ema.run(_params(bn_batches=0), io(1, root / "gen-0/ema"), tensor=5)
+    assert second["continued"]
+    snaps1 = [
+        load(root / f"gen-1/train/snapshots/snap-{k}.pt")[0].state_dict() for k in (1, 2, 3, 4)
+    ]
+    expected1 = ema.average(expected, snaps1, 0.75, 4)
+    got = load(root / "gen-1/ema/candidate.pt")[0].state_dict()
+    key = next(k for k in got if got[k].is_floating_point() and "running" not in k)
+    assert torch.allclose(got[key], expected1[key])
+    with pytest.raises(train.InputError, match="run the ema stage of the previous generation"):
+        ema.run(_params(), io(1, root / "gen-7/ema"), tensor=5)
+    with pytest.raises(train.InputError, match="run the train stage first"):
+        ema.run(_params(), ema.EmaIO(0, root / "none", window, root / "x"), tensor=5)
+
+
+def test_batch_norm_statistics_are_those_of_the_averaged_net(trained):
+    """After the update, each norm's running mean is the mean of its inputs' per-batch means
+    over the batches used (equal weights), measured on the averaged weights."""
+    root, window = trained
+    model = load(root / "gen-0/train/snapshots/snap-4.pt")[0]
+    files, _ = train.window_files(window)
+    data = list(zip(range(3), train.batches(files, 16, 5, np.random.default_rng(0)), strict=False))
+    norm = next(m for m in model.modules() if isinstance(m, MaskedBatchNorm))
+    seen = []
+
+    def hook(module, args):
+        x, mask, count = args
+        seen.append(((x * mask).sum(dim=(0, 2, 3)) / count).detach())
+
+    handle = norm.register_forward_pre_hook(hook)
+    used = ema.update_batch_norm(model, iter(arrays for _, arrays in data), 3)
+    handle.remove()
+    assert used == 3 and len(seen) == 3
+    assert torch.allclose(norm.running_mean, torch.stack(seen).mean(0), atol=1e-6)
+    assert norm.momentum == 0.1  # restored
