@@ -307,6 +307,24 @@ def _final_score(b, g, dead, no_marks, owner):
     return score(b, g, dead, no_marks, owner)
 
 
+def final_score(b: Boards, work: F.FeatureWork, g: int) -> tuple[float, np.ndarray]:
+    """Game g's final score from Black's side by its rules, stones inside the opponent's
+    pass-alive area (Benson) counted dead, and the owner of each point ([A] int8)."""
+    area = F.pass_alive_all(b, work)[g]
+    color = b.color[g]
+    dead = ((color == BLACK) & (area & F.AREA_WHITE > 0)) | (
+        (color == WHITE) & (area & F.AREA_BLACK > 0)
+    )
+    owner = np.zeros(color.shape, np.int8)
+    return float(_final_score(b, g, dead, np.zeros_like(dead), owner)), owner
+
+
+def play_some(b: Boards, moves: np.ndarray, which: np.ndarray) -> None:
+    """Game g plays moves[g] (its player to move) where which[g]."""
+    over_games(_play_some, b.games, b, np.ascontiguousarray(moves, np.int64),
+               np.ascontiguousarray(which, np.bool_))  # fmt: skip
+
+
 def _cumulative_pick(weights: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """One index per row of weights [K, n], drawn in proportion (rows with no weight: 0)."""
     cumulative = np.cumsum(weights, axis=1)
@@ -705,7 +723,7 @@ class SelfPlay:
         moving = done & ~stopped
         all_moves = np.zeros(self.slots, np.int64)
         all_moves[idx] = moves
-        over_games(_play_some, self.slots, self.roots, all_moves, moving)
+        play_some(self.roots, all_moves, moving)
         S.reroot_some(t, self.spare, all_moves, moving)
         self.moves_done += int(moving.sum())
         # Game ends.
@@ -818,13 +836,7 @@ class SelfPlay:
         self.active[g] = False
         if self.is_side[g]:
             return self._end_side(g, info)
-        area = F.pass_alive_all(self.roots, self.root_work)[g]
-        color = self.roots.color[g]
-        dead = ((color == BLACK) & (area & F.AREA_WHITE > 0)) | (
-            (color == WHITE) & (area & F.AREA_BLACK > 0)
-        )
-        owner = np.zeros(color.shape, np.int8)
-        black_lead = float(_final_score(self.roots, g, dead, np.zeros_like(dead), owner))
+        black_lead, owner = final_score(self.roots, self.root_work, g)
         n = int(self.roots.size[g])
         info.black_lead = black_lead
         self._keep_moves(g, info)

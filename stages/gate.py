@@ -1,0 +1,175 @@
+"""The gate: generation N's candidate plays the champion; it passes with at least
+`win_fraction` of the games (the paper: 100 wins of 200). Colours alternate. Games are played
+`slots` at a time, and with `early_stop` the gate ends as soon as the decision cannot change.
+
+    python -m stages.gate --generation N [--candidate models/gen-N/ema/candidate.pt]
+        [--champion models/champion.pt] [--out reports/gate/gen-N]
+
+Without a champion (before the first promotion) the candidate plays generation 0's uniform
+priors. Writes reports/gate/gen-N/decision.json (games, wins, draws, win rate, passed) and
+reports/gate/gen-N/sgf/, atomically.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+import numpy as np
+from pydantic import Field
+
+from gocore import search as S
+from gocore.arena import MatchGame, play_match
+from gocore.board import PASS, point_xy
+from gocore.rules import PRESETS
+from gocore.sgf import GameRecord, save_sgf
+from stages import cli
+from stages.atomic import output_dir, write_json
+from stages.cli import InputError
+from stages.params import Section, device_of, load_params, section
+from stages.selfplay import SearchSection, load_net
+
+
+class GateParams(Section):
+    """params.yaml `gate:`."""
+
+    games: int = Field(ge=1)
+    win_fraction: float = Field(gt=0, le=1)
+    early_stop: bool
+    slots: int = Field(ge=1)
+    visits: int = Field(ge=2)
+    leaves_per_game: int = Field(ge=1)
+    board_size: int = Field(ge=2, le=19)
+    rules: str
+    komi: float
+    temperature_start: float = Field(gt=0)
+    temperature_end: float = Field(gt=0)
+    search: SearchSection
+    seed: int
+
+
+@dataclasses.dataclass(frozen=True)
+class GateIO:
+    generation: int
+    candidate: Path
+    champion: Path | None  # None: the uniform priors of generation 0
+    out: Path  # reports/gate/gen-N
+    device: str = "cpu"
+
+
+def decided(wins: float, played: int, games: int, needed: float) -> bool | None:
+    """True or False once the gate's outcome cannot change, else None."""
+    if wins >= needed:
+        return True
+    if wins + (games - played) < needed:
+        return False
+    return None
+
+
+def run(params: GateParams, io: GateIO) -> dict:
+    if params.rules not in PRESETS:
+        raise InputError(f"gate.rules: unknown rules {params.rules!r}; presets: {sorted(PRESETS)}")
+    if not io.candidate.is_file():
+        raise InputError(f"gate: {io.candidate} does not exist; run the ema stage first")
+    candidate, candidate_id = load_net(io.candidate, io.device)
+    champion, champion_id = load_net(io.champion, io.device, params.seed)
+    needed = params.win_fraction * params.games
+    rules = PRESETS[params.rules].with_komi(params.komi)
+    search = S.SearchParams(**params.search.model_dump())
+    games: list[MatchGame] = []
+    wins = 0.0
+    outcome = None
+    with output_dir(io.out) as tmp:
+        while len(games) < params.games and outcome is None:
+            k = min(params.slots, params.games - len(games))
+            first = len(games)
+            batch = play_match(
+                candidate, champion, (np.arange(first, first + k) % 2) == 0,
+                size=params.board_size, rules=rules, visits=params.visits, params=search,
+                leaves_per_game=params.leaves_per_game,
+                seed=int(np.random.SeedSequence([params.seed, io.generation, first])
+                         .generate_state(1)[0]),
+                temperature_start=params.temperature_start,
+                temperature_end=params.temperature_end,
+            )  # fmt: skip
+            for i, game in enumerate(batch):
+                wins += game.a_result
+                save_sgf(
+                    _record(game, params, candidate_id, champion_id, io.generation, first + i),
+                    tmp / "sgf" / f"game-{first + i:04d}.sgf",
+                )
+            games += batch
+            if params.early_stop:
+                outcome = decided(wins, len(games), params.games, needed)
+        passed = wins >= needed if outcome is None else outcome
+        decision = {
+            "generation": io.generation,
+            "candidate": candidate_id,
+            "champion": champion_id,
+            "games": len(games),
+            "games_planned": params.games,
+            "candidate_wins": wins,
+            "draws": sum(g.a_result == 0.5 for g in games),
+            "win_rate": round(wins / len(games), 4),
+            "needed": needed,
+            "passed": bool(passed),
+            "stopped_early": len(games) < params.games,
+        }
+        write_json(decision, tmp / "decision.json")
+    return decision
+
+
+def _record(game: MatchGame, params: GateParams, a: str, b: str, gen: int, i: int) -> GameRecord:
+    lead = game.black_lead
+    return GameRecord(
+        size=params.board_size,
+        komi=params.komi,
+        rules=params.rules,
+        moves=[
+            (int(c), None if p == PASS else point_xy(game.stride, int(p)))
+            for c, p in zip(game.colors, game.moves, strict=True)
+        ],
+        result="0" if lead == 0 else f"B+{lead:g}" if lead > 0 else f"W+{-lead:g}",
+        black=a if game.a_is_black else b,
+        white=b if game.a_is_black else a,
+        root_comment=f"tengen gate, generation {gen}, game {i}",
+    )
+
+
+def prepare(
+    params_path, generation: int, *, candidate=None, champion=None, out=None
+) -> tuple[GateParams, GateIO]:
+    raw = load_params(params_path)
+    params = section(raw, "gate", GateParams, source=params_path)
+    if champion is None and Path("models/champion.pt").is_file():
+        champion = "models/champion.pt"
+    io = GateIO(
+        generation=generation,
+        candidate=Path(candidate or f"models/gen-{generation}/ema/candidate.pt"),
+        champion=Path(champion) if champion else None,
+        out=Path(out or f"reports/gate/gen-{generation}"),
+        device=device_of(raw, params_path),
+    )
+    return params, io
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = cli.parser("gate", __doc__)
+    p.add_argument("--candidate", type=Path, default=None)
+    p.add_argument("--champion", type=Path, default=None, help="none: uniform priors")
+    p.add_argument("--out", type=Path, default=None)
+    args = p.parse_args(argv)
+
+    def work():
+        params, io = prepare(
+            args.params, args.generation, candidate=args.candidate, champion=args.champion,
+            out=args.out,
+        )  # fmt: skip
+        return run(params, io)
+
+    return cli.finish("gate", work)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

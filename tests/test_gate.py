@@ -1,0 +1,115 @@
+"""The gate: matches between two networks with each leaf evaluated by its game's player to
+move, colours alternating, the decision and its early stop, and the games as SGF."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from gocore import search as S
+from gocore.arena import play_match
+from gocore.board import point_xy
+from gocore.rules import PRESETS
+from gocore.selfplay import UniformNet
+from gocore.sgf import read_sgf, replay
+from nets.checkpoint import save
+from nets.config import net_config
+from nets.model import GoNet
+from stages import gate
+from stages.selfplay import SearchSection
+
+torch.set_num_threads(1)
+
+
+class CornerNet:
+    """Puts nearly all its prior on the tensor's first point: a corner, in every symmetry."""
+
+    def __call__(self, planes, glob, *, legal):
+        policy = np.where(legal, 1e-3, 0.0).astype(np.float32)
+        policy[:, 0] = np.where(legal[:, 0], 1.0, 0.0)
+        policy /= policy.sum(axis=1, keepdims=True)
+        value = np.zeros((len(legal), 3), np.float32)
+        value[:, :2] = 0.5
+        return {"policy": policy, "value": value}
+
+
+CORNERS = {(0, 0), (4, 0), (0, 4), (4, 4)}
+
+
+def test_each_side_plays_with_its_own_net():
+    """With two visits a move is the prior's favourite: the corner net's first move is a
+    corner in every game, as Black and as White, and the uniform net's are spread out. So
+    each game's leaves go to the net of the player to move at its root."""
+    a_is_black = np.array([True, False] * 6)
+    games = play_match(
+        UniformNet(0), CornerNet(), a_is_black, size=5,
+        rules=PRESETS["tromp-taylor"].with_komi(0.5), visits=2, params=S.DEFAULT_PARAMS,
+        leaves_per_game=1, seed=0, temperature_start=0.05, temperature_end=0.05,
+    )  # fmt: skip
+    assert [g.a_is_black for g in games] == a_is_black.tolist()
+    first_b, first_a = [], []
+    for g in games:
+        b_color = 2 if g.a_is_black else 1
+        moves = [(int(c), point_xy(g.stride, int(m))) for m, c in zip(g.moves, g.colors,
+                                                                     strict=True)]  # fmt: skip
+        first_b.append(next(p for c, p in moves if c == b_color))
+        first_a.append(next(p for c, p in moves if c != b_color))
+    assert all(p in CORNERS for p in first_b)
+    assert sum(p in CORNERS for p in first_a) < 6
+
+
+def test_the_decision_and_its_early_stop():
+    assert gate.decided(3, 3, 6, 3) is True
+    assert gate.decided(0, 4, 6, 3) is False  # 2 games left cannot reach 3
+    assert gate.decided(1, 4, 6, 3) is None
+    assert gate.decided(2.5, 5, 6, 3) is None
+
+
+def _params(**kw):
+    search = SearchSection(c_puct=1.1, puct_exponent=0.5, fpu_reduction=0.2,
+                           root_fpu_reduction=0.0, forced_playouts_k=0.0, virtual_loss=1.0,
+                           score_utility=0.0)  # fmt: skip
+    values = dict(games=6, win_fraction=0.5, early_stop=False, slots=3, visits=4,
+                  leaves_per_game=2, board_size=5, rules="chinese", komi=0.5,
+                  temperature_start=0.5, temperature_end=0.1, search=search, seed=0)  # fmt: skip
+    values.update(kw)
+    return gate.GateParams(**values)
+
+
+def test_gate_against_the_uniform_champion(tmp_path):
+    torch.manual_seed(0)
+    candidate = save(GoNet(net_config("b2c16")), tmp_path / "candidate.pt", {"model_id": "cand"})
+    io = gate.GateIO(3, candidate, None, tmp_path / "gate")
+    decision = gate.run(_params(), io)
+    assert json.loads((tmp_path / "gate" / "decision.json").read_text()) == decision
+    assert decision["games"] == 6 and decision["champion"] == "uniform"
+    assert decision["candidate"] == "cand" and not decision["stopped_early"]
+    wins = 0.0
+    sgfs = sorted((tmp_path / "gate" / "sgf").glob("*.sgf"))
+    assert len(sgfs) == 6
+    for i, path in enumerate(sgfs):
+        record = read_sgf(path)
+        replay(record)  # every move legal
+        cand_black = record.black == "cand"
+        assert cand_black == (i % 2 == 0)  # colours alternate
+        if record.result == "0":
+            wins += 0.5
+        elif record.result.startswith("B") == cand_black:
+            wins += 1
+    assert decision["candidate_wins"] == wins
+    assert decision["passed"] == (wins >= 3)
+    # With an early stop the gate ends once the result is settled.
+    early = gate.run(_params(early_stop=True, slots=1, games=6, win_fraction=1 / 6),
+                     gate.GateIO(3, candidate, None, tmp_path / "early"))  # fmt: skip
+    settled = gate.decided(early["candidate_wins"], early["games"], 6, 1.0)
+    assert settled is not None and early["passed"] == settled
+    assert early["stopped_early"] == (early["games"] < 6)
+
+
+def test_a_missing_candidate_names_the_stage(tmp_path):
+    with pytest.raises(gate.InputError, match="run the ema stage first"):
+        gate.run(_params(), gate.GateIO(1, tmp_path / "none.pt", None, tmp_path / "g"))
+    assert not (tmp_path / "g").exists()
