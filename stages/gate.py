@@ -3,7 +3,7 @@
 `slots` at a time, and with `early_stop` the gate ends as soon as the decision cannot change.
 
     python -m stages.gate --generation N [--candidate models/gen-N/ema/candidate.pt]
-        [--champion models/champion.pt] [--out reports/gate/gen-N]
+        [--champion models/gen-(N-1)/champion/champion.pt] [--out reports/gate/gen-N]
 
 Without a champion (before the first promotion) the candidate plays generation 0's uniform
 priors. Writes reports/gate/gen-N/decision.json (games, wins, draws, win rate, passed) and
@@ -28,6 +28,7 @@ from stages import cli
 from stages.atomic import output_dir, write_json
 from stages.cli import InputError
 from stages.params import Section, device_of, load_params, section
+from stages.promote import champion_path
 from stages.selfplay import SearchSection, load_net
 
 
@@ -142,8 +143,8 @@ def prepare(
 ) -> tuple[GateParams, GateIO]:
     raw = load_params(params_path)
     params = section(raw, "gate", GateParams, source=params_path)
-    if champion is None and Path("models/champion.pt").is_file():
-        champion = "models/champion.pt"
+    if champion is None and generation > 0:
+        champion = champion_path(Path(f"models/gen-{generation - 1}/champion"))
     io = GateIO(
         generation=generation,
         candidate=Path(candidate or f"models/gen-{generation}/ema/candidate.pt"),

@@ -1,0 +1,125 @@
+"""The promote stage: after generation N's gate, the champion that generation N + 1's
+self-play and gate use. A candidate that passed its gate becomes the champion; otherwise the
+previous champion stays (none before the first promotion: self-play keeps uniform priors).
+
+    python -m stages.promote --generation N [--candidate models/gen-N/ema/candidate.pt]
+        [--decision reports/gate/gen-N/decision.json] [--previous models/gen-(N-1)/champion]
+        [--out models/gen-N/champion]
+
+Writes models/gen-N/champion/champion.pt (when there is a champion) and promotion.json (the
+champion's id, the generation it was promoted in, this generation's gate decision, and the
+line of champions so far), atomically. Each generation has its own champion folder, so every
+generation's pipeline outputs stay apart (what DVC needs) and any champion can be found again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import sys
+from pathlib import Path
+
+from nets.checkpoint import load
+from stages import cli
+from stages.atomic import output_dir, write_json
+from stages.cli import InputError
+
+CHAMPION = "champion.pt"
+PROMOTION = "promotion.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class PromoteIO:
+    generation: int
+    candidate: Path  # models/gen-N/ema/candidate.pt
+    decision: Path  # reports/gate/gen-N/decision.json
+    out: Path  # models/gen-N/champion
+    previous: Path | None = None  # models/gen-(N-1)/champion
+
+
+def champion_path(folder: Path) -> Path | None:
+    """The champion checkpoint a champion folder holds, or None (no promotion yet)."""
+    path = Path(folder) / CHAMPION
+    return path if path.is_file() else None
+
+
+def _read_json(path: Path, stage: str) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise InputError(f"promote: {path} does not exist; run the {stage} stage first") from None
+    except json.JSONDecodeError as e:
+        raise InputError(f"promote: {path} is not valid JSON ({e}); rerun {stage}") from None
+
+
+def run(io: PromoteIO) -> dict:
+    decision = _read_json(io.decision, "gate")
+    if "passed" not in decision:
+        raise InputError(f"promote: {io.decision} has no `passed`; rerun the gate stage")
+    previous = {"champion": None, "line": []}
+    if io.previous is not None:
+        previous = _read_json(io.previous / PROMOTION, "promote stage of the previous generation's")
+    with output_dir(io.out) as tmp:
+        if decision["passed"]:
+            if not io.candidate.is_file():
+                raise InputError(f"promote: {io.candidate} does not exist; run the ema stage first")
+            _, meta = load(io.candidate)  # refuses a corrupt or foreign file
+            shutil.copyfile(io.candidate, tmp / CHAMPION)
+            champion = {
+                "id": meta.get("model_id") or f"gen-{io.generation}-ema",
+                "generation": io.generation,
+                "source": str(io.candidate),
+            }
+            line = [*previous["line"], champion]
+        else:
+            champion = previous["champion"]
+            line = previous["line"]
+            source = champion_path(io.previous) if io.previous is not None else None
+            if champion is not None:
+                if source is None:
+                    raise InputError(
+                        f"promote: {io.previous} names champion {champion['id']} but has no "
+                        f"{CHAMPION}; rerun the previous generation's promote stage"
+                    )
+                shutil.copyfile(source, tmp / CHAMPION)
+        promotion = {
+            "generation": io.generation,
+            "promoted": bool(decision["passed"]),
+            "champion": champion,
+            "decision": decision,
+            "line": line,
+        }
+        write_json(promotion, tmp / PROMOTION)
+    return {
+        "generation": io.generation,
+        "promoted": promotion["promoted"],
+        "champion": champion["id"] if champion else None,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = cli.parser("promote", __doc__)
+    p.add_argument("--candidate", type=Path, default=None)
+    p.add_argument("--decision", type=Path, default=None)
+    p.add_argument("--previous", type=Path, default=None, help="models/gen-(N-1)/champion")
+    p.add_argument("--out", type=Path, default=None)
+    args = p.parse_args(argv)
+    n = args.generation
+
+    def work():
+        return run(
+            PromoteIO(
+                generation=n,
+                candidate=args.candidate or Path(f"models/gen-{n}/ema/candidate.pt"),
+                decision=args.decision or Path(f"reports/gate/gen-{n}/decision.json"),
+                out=args.out or Path(f"models/gen-{n}/champion"),
+                previous=args.previous or (Path(f"models/gen-{n - 1}/champion") if n else None),
+            )
+        )
+
+    return cli.finish("promote", work)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,66 @@
+"""The promote stage: a candidate that passed becomes the champion, else the previous one
+stays (or none before the first); the line of champions is kept."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from nets.checkpoint import save
+from nets.config import net_config
+from nets.model import GoNet
+from stages import promote
+
+
+def _candidate(path, model_id):
+    torch.manual_seed(len(model_id))
+    return save(GoNet(net_config("b2c16")), path, {"model_id": model_id})
+
+
+def _decision(path, passed):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"passed": passed, "candidate_wins": 3, "games": 4}))
+    return path
+
+
+def test_promotions_across_generations(tmp_path):
+    def io(gen, passed, previous=True):
+        cand = _candidate(tmp_path / f"gen-{gen}" / "candidate.pt", f"cand-{gen}")
+        return promote.PromoteIO(
+            gen, cand, _decision(tmp_path / f"gate-{gen}.json", passed),
+            tmp_path / f"gen-{gen}" / "champion",
+            tmp_path / f"gen-{gen - 1}" / "champion" if previous else None,
+        )  # fmt: skip
+
+    # Generation 0 fails against uniform priors: still no champion.
+    assert promote.run(io(0, False, previous=False)) == {
+        "generation": 0, "promoted": False, "champion": None}  # fmt: skip
+    assert promote.champion_path(tmp_path / "gen-0" / "champion") is None
+    # Generation 1 passes: its candidate is the champion, byte for byte.
+    assert promote.run(io(1, True))["champion"] == "cand-1"
+    champ = promote.champion_path(tmp_path / "gen-1" / "champion")
+    assert champ.read_bytes() == (tmp_path / "gen-1" / "candidate.pt").read_bytes()
+    # Generation 2 fails: generation 1's champion stays.
+    assert promote.run(io(2, False))["champion"] == "cand-1"
+    champ2 = promote.champion_path(tmp_path / "gen-2" / "champion")
+    assert champ2.read_bytes() == champ.read_bytes()
+    promotion = json.loads((tmp_path / "gen-2" / "champion" / "promotion.json").read_text())
+    assert promotion["champion"]["generation"] == 1 and not promotion["promoted"]
+    assert [c["id"] for c in promotion["line"]] == ["cand-1"]
+    assert promote.run(io(3, True))["champion"] == "cand-3"
+    line = json.loads((tmp_path / "gen-3" / "champion" / "promotion.json").read_text())["line"]
+    assert [c["id"] for c in line] == ["cand-1", "cand-3"]
+
+
+def test_missing_inputs_name_the_stage(tmp_path):
+    cand = _candidate(tmp_path / "c.pt", "c")
+    with pytest.raises(promote.InputError, match="run the gate stage first"):
+        promote.run(promote.PromoteIO(1, cand, tmp_path / "none.json", tmp_path / "out"))
+    decision = _decision(tmp_path / "d.json", True)
+    with pytest.raises(promote.InputError, match="previous generation's"):
+        promote.run(promote.PromoteIO(1, cand, decision, tmp_path / "out", tmp_path / "gen-0"))
+    with pytest.raises(promote.InputError, match="run the ema stage first"):
+        promote.run(promote.PromoteIO(0, tmp_path / "nope.pt", decision, tmp_path / "out"))
+    assert not (tmp_path / "out").exists()
