@@ -1,7 +1,7 @@
 """The self-play stage: the champion net (uniform priors at generation 0) plays `games` games
 against itself; out come Parquet shards of training rows, one SGF per game and a metrics JSON.
 
-    python -m stages.selfplay --generation N [--model models/champion.pt]
+    python -m stages.selfplay --generation N [--model models/gen-(N-1)/champion/champion.pt]
         [--out data/selfplay/gen-N] [--metrics reports/selfplay/gen-N.json] [--params params.yaml]
 
 Everything lands in a temporary folder next to `--out` that is renamed into place at the end,
@@ -36,6 +36,7 @@ from gocore.sgf import GameRecord, save_sgf
 from stages import cli
 from stages.atomic import output_dir, write_json
 from stages.params import ParamsError, Section, device_of, load_params, section
+from stages.promote import champion_path
 from stages.rows import SCHEMA, table_from_columns, write_shard
 
 Probability = Field(ge=0.0, le=1.0)
@@ -138,6 +139,9 @@ def prepare(
     params = section(raw, "selfplay", SelfPlayParams, source=params_path)
     if games is not None:
         params = params.model_copy(update={"games": games})
+    if model is None and generation > 0:
+        # The champion after the previous generation, if there is one yet.
+        model = champion_path(Path(f"models/gen-{generation - 1}/champion"))
     if model is not None and not Path(model).is_file():
         raise ParamsError(f"selfplay: model {model} does not exist (the promote stage writes it)")
     io = SelfPlayIO(
