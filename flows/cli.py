@@ -271,6 +271,24 @@ def bench_features(
     print(json.dumps(rows) if as_json else format_table(rows))
 
 
+@app.command("pipeline")
+def pipeline(
+    params: Annotated[str, typer.Option(help="The params.yaml to read run.generations from.")] = (
+        "params.yaml"
+    ),
+    out: Annotated[str, typer.Option(help="Where to write the DVC pipeline.")] = "dvc.yaml",
+) -> None:
+    """Write dvc.yaml: every stage of every generation of the run, for `dvc repro`."""
+    from flows.pipeline import write_dvc_yaml
+    from stages.params import ParamsError
+
+    try:
+        path = write_dvc_yaml(params, out)
+    except ParamsError as e:
+        raise typer.BadParameter(str(e), param_hint="--params") from None
+    print(f"wrote {path}")
+
+
 @bench_app.command("selfplay")
 def bench_selfplay(
     as_json: Annotated[

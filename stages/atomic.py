@@ -34,16 +34,20 @@ def output_dir(out: str | os.PathLike) -> Iterator[Path]:
         raise
 
 
-def write_json(data, path: str | os.PathLike) -> Path:
+def write_text(text: str, path: str | os.PathLike) -> Path:
+    """Write a file atomically: a temporary file beside it, then a rename."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2, sort_keys=True)
-            f.write("\n")
+            f.write(text)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def write_json(data, path: str | os.PathLike) -> Path:
+    return write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", path)

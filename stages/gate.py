@@ -4,10 +4,11 @@
 
     python -m stages.gate --generation N [--candidate models/gen-N/ema/candidate.pt]
         [--champion models/gen-(N-1)/champion/champion.pt] [--out reports/gate/gen-N]
+        [--decision reports/gate/gen-N.json]
 
 Without a champion (before the first promotion) the candidate plays generation 0's uniform
-priors. Writes reports/gate/gen-N/decision.json (games, wins, draws, win rate, passed) and
-reports/gate/gen-N/sgf/, atomically.
+priors. Writes the games to reports/gate/gen-N/sgf/ (atomically), then the decision to
+reports/gate/gen-N.json (games, wins, draws, win rate, passed: a metrics file for DVC).
 """
 
 from __future__ import annotations
@@ -55,7 +56,8 @@ class GateIO:
     generation: int
     candidate: Path
     champion: Path | None  # None: the uniform priors of generation 0
-    out: Path  # reports/gate/gen-N
+    out: Path  # reports/gate/gen-N: the games (sgf/)
+    decision: Path  # reports/gate/gen-N.json
     device: str = "cpu"
 
 
@@ -117,7 +119,7 @@ def run(params: GateParams, io: GateIO) -> dict:
             "passed": bool(passed),
             "stopped_early": len(games) < params.games,
         }
-        write_json(decision, tmp / "decision.json")
+    write_json(decision, io.decision)
     return decision
 
 
@@ -139,7 +141,7 @@ def _record(game: MatchGame, params: GateParams, a: str, b: str, gen: int, i: in
 
 
 def prepare(
-    params_path, generation: int, *, candidate=None, champion=None, out=None
+    params_path, generation: int, *, candidate=None, champion=None, out=None, decision=None
 ) -> tuple[GateParams, GateIO]:
     raw = load_params(params_path)
     params = section(raw, "gate", GateParams, source=params_path)
@@ -150,6 +152,7 @@ def prepare(
         candidate=Path(candidate or f"models/gen-{generation}/ema/candidate.pt"),
         champion=Path(champion) if champion else None,
         out=Path(out or f"reports/gate/gen-{generation}"),
+        decision=Path(decision or f"reports/gate/gen-{generation}.json"),
         device=device_of(raw, params_path),
     )
     return params, io
@@ -159,13 +162,14 @@ def main(argv: list[str] | None = None) -> int:
     p = cli.parser("gate", __doc__)
     p.add_argument("--candidate", type=Path, default=None)
     p.add_argument("--champion", type=Path, default=None, help="none: uniform priors")
-    p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--out", type=Path, default=None, help="the games: reports/gate/gen-N")
+    p.add_argument("--decision", type=Path, default=None, help="reports/gate/gen-N.json")
     args = p.parse_args(argv)
 
     def work():
         params, io = prepare(
             args.params, args.generation, candidate=args.candidate, champion=args.champion,
-            out=args.out,
+            out=args.out, decision=args.decision,
         )  # fmt: skip
         return run(params, io)
 

@@ -3,7 +3,7 @@ self-play and gate use. A candidate that passed its gate becomes the champion; o
 previous champion stays (none before the first promotion: self-play keeps uniform priors).
 
     python -m stages.promote --generation N [--candidate models/gen-N/ema/candidate.pt]
-        [--decision reports/gate/gen-N/decision.json] [--previous models/gen-(N-1)/champion]
+        [--decision reports/gate/gen-N.json] [--previous models/gen-(N-1)/champion]
         [--out models/gen-N/champion]
 
 Writes models/gen-N/champion/champion.pt (when there is a champion) and promotion.json (the
@@ -33,7 +33,7 @@ PROMOTION = "promotion.json"
 class PromoteIO:
     generation: int
     candidate: Path  # models/gen-N/ema/candidate.pt
-    decision: Path  # reports/gate/gen-N/decision.json
+    decision: Path  # reports/gate/gen-N.json
     out: Path  # models/gen-N/champion
     previous: Path | None = None  # models/gen-(N-1)/champion
 
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
             PromoteIO(
                 generation=n,
                 candidate=args.candidate or Path(f"models/gen-{n}/ema/candidate.pt"),
-                decision=args.decision or Path(f"reports/gate/gen-{n}/decision.json"),
+                decision=args.decision or Path(f"reports/gate/gen-{n}.json"),
                 out=args.out or Path(f"models/gen-{n}/champion"),
                 previous=args.previous or (Path(f"models/gen-{n - 1}/champion") if n else None),
             )

@@ -82,9 +82,9 @@ def _params(**kw):
 def test_gate_against_the_uniform_champion(tmp_path):
     torch.manual_seed(0)
     candidate = save(GoNet(net_config("b2c16")), tmp_path / "candidate.pt", {"model_id": "cand"})
-    io = gate.GateIO(3, candidate, None, tmp_path / "gate")
+    io = gate.GateIO(3, candidate, None, tmp_path / "gate", tmp_path / "gate.json")
     decision = gate.run(_params(), io)
-    assert json.loads((tmp_path / "gate" / "decision.json").read_text()) == decision
+    assert json.loads((tmp_path / "gate.json").read_text()) == decision
     assert decision["games"] == 6 and decision["champion"] == "uniform"
     assert decision["candidate"] == "cand" and not decision["stopped_early"]
     wins = 0.0
@@ -102,8 +102,8 @@ def test_gate_against_the_uniform_champion(tmp_path):
     assert decision["candidate_wins"] == wins
     assert decision["passed"] == (wins >= 3)
     # With an early stop the gate ends once the result is settled.
-    early = gate.run(_params(early_stop=True, slots=1, games=6, win_fraction=1 / 6),
-                     gate.GateIO(3, candidate, None, tmp_path / "early"))  # fmt: skip
+    early_io = gate.GateIO(3, candidate, None, tmp_path / "early", tmp_path / "e.json")
+    early = gate.run(_params(early_stop=True, slots=1, games=6, win_fraction=1 / 6), early_io)
     settled = gate.decided(early["candidate_wins"], early["games"], 6, 1.0)
     assert settled is not None and early["passed"] == settled
     assert early["stopped_early"] == (early["games"] < 6)
@@ -111,5 +111,6 @@ def test_gate_against_the_uniform_champion(tmp_path):
 
 def test_a_missing_candidate_names_the_stage(tmp_path):
     with pytest.raises(gate.InputError, match="run the ema stage first"):
-        gate.run(_params(), gate.GateIO(1, tmp_path / "none.pt", None, tmp_path / "g"))
+        gate.run(_params(), gate.GateIO(1, tmp_path / "none.pt", None, tmp_path / "g",
+                                        tmp_path / "g.json"))  # fmt: skip
     assert not (tmp_path / "g").exists()
