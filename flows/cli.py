@@ -271,6 +271,23 @@ def bench_features(
     print(json.dumps(rows) if as_json else format_table(rows))
 
 
+@app.command("run")
+def run_loop(
+    repo: Annotated[str, typer.Option(help="The run's folder: a git repository with DVC.")] = ".",
+) -> None:
+    """Run the training loop (or resume it): every stage of every generation of params.yaml's
+    run, as DVC stages under a Prefect flow."""
+    from flows.loop import StageFailed, loop
+
+    try:
+        results = loop(repo)
+    except StageFailed as e:
+        print(f"tengen run: {e}", file=sys.stderr)
+        raise typer.Exit(2) from None
+    ran = sum(r["ran"] for r in results)
+    print(f"{len(results)} stages: {ran} ran, {len(results) - ran} were up to date")
+
+
 @app.command("pipeline")
 def pipeline(
     params: Annotated[str, typer.Option(help="The params.yaml to read run.generations from.")] = (

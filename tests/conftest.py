@@ -154,3 +154,42 @@ def selfplay_generations(tmp_path_factory) -> Path:
         p, io = selfplay.prepare(path, gen, out=root / f"gen-{gen}", metrics=root / "m.json")
         selfplay.run(p, io, progress=False)
     return root
+
+
+def run_in(repo: Path, *cmd: str, check: bool = True) -> str:
+    """A command in `repo` with this environment's bin first on PATH (dvc, python)."""
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    result = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=900)
+    if check:
+        assert result.returncode == 0, f"{cmd}: {result.stdout[-2000:]}{result.stderr[-3000:]}"
+    return result.stdout
+
+
+def make_run_repo(repo: Path, *, code_deps: bool) -> Path:
+    """A git repository with DVC holding a tiny two-generation run (5x5 boards, b2c16)."""
+    import yaml
+
+    from flows import pipeline
+    from stages.params import load_params
+
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    repo.mkdir(parents=True)
+    params = load_params(REPO / "params.yaml")
+    params["run"]["generations"] = 2
+    params["selfplay"].update(games=4, slots=4, full_visits=8, cheap_visits=2, decided_visits=2,
+                              board_sizes={5: 1.0})  # fmt: skip
+    params["shuffle"].update(window_c=100, rows_per_file=50)
+    params["train"].update(net="b2c16", tensor=5, batch_size=16, samples_per_generation=64,
+                           warmup_samples=0, threads=1)  # fmt: skip
+    params["ema"].update(bn_batches=1, bn_batch_size=16)
+    params["gate"].update(games=2, slots=2, visits=4, board_size=5, komi=0.5)
+    (repo / "params.yaml").write_text(yaml.safe_dump(params))
+    pipeline.write_dvc_yaml(repo / "params.yaml", repo / "dvc.yaml", code_deps=code_deps)
+    run_in(repo, "git", "init", "-q")
+    run_in(repo, "git", "config", "user.email", "ci@tengen")
+    run_in(repo, "git", "config", "user.name", "ci")
+    run_in(repo, "dvc", "init", "-q")
+    run_in(repo, "git", "add", "-A")
+    run_in(repo, "git", "commit", "-qm", "run")
+    return repo

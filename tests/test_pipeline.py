@@ -5,20 +5,13 @@ changed params key reruns only the stages that read it."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import yaml
 
 from flows import pipeline
 from stages.params import ParamsError, load_params
-from tests.conftest import REPO
-
-BIN = Path(sys.executable).parent
+from tests.conftest import REPO, make_run_repo, run_in
 
 
 def test_generations_unroll_with_their_links():
@@ -52,41 +45,13 @@ def test_generations_unroll_with_their_links():
         pipeline.generations_of({"run": {"generations": 0}}, "p.yaml")
 
 
-def _tiny_params(path: Path) -> None:
-    params = load_params(REPO / "params.yaml")
-    params["run"]["generations"] = 2
-    params["selfplay"].update(games=4, slots=4, full_visits=8, cheap_visits=2, decided_visits=2,
-                              board_sizes={5: 1.0})  # fmt: skip
-    params["shuffle"].update(window_c=100, rows_per_file=50)
-    params["train"].update(net="b2c16", tensor=5, batch_size=16, samples_per_generation=64,
-                           warmup_samples=0, threads=1)  # fmt: skip
-    params["ema"].update(bn_batches=1, bn_batch_size=16)
-    params["gate"].update(games=2, slots=2, visits=4, board_size=5, komi=0.5)
-    path.write_text(yaml.safe_dump(params))
-
-
 @pytest.mark.slow
 def test_dvc_repro_runs_the_run_then_nothing_then_only_what_changed(tmp_path):
-    if shutil.which("git") is None:
-        pytest.skip("git is not installed")
-    repo = tmp_path / "run"
-    repo.mkdir()
-    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}")
+    repo = make_run_repo(tmp_path / "run", code_deps=False)
 
     def sh(*cmd):
-        result = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True,
-                                timeout=900)  # fmt: skip
-        assert result.returncode == 0, f"{cmd}: {result.stdout[-2000:]}{result.stderr[-3000:]}"
-        return result.stdout
+        return run_in(repo, *cmd)
 
-    _tiny_params(repo / "params.yaml")
-    pipeline.write_dvc_yaml(repo / "params.yaml", repo / "dvc.yaml", code_deps=False)
-    sh("git", "init", "-q")
-    sh("git", "config", "user.email", "ci@tengen")
-    sh("git", "config", "user.name", "ci")
-    sh("dvc", "init", "-q")
-    sh("git", "add", "-A")
-    sh("git", "commit", "-qm", "run")
     out = sh("dvc", "repro")
     assert out.count("Running stage") == 12
     promotion = json.loads((repo / "models/gen-1/champion/promotion.json").read_text())

@@ -1,0 +1,148 @@
+"""The loop flow: generation after generation, each stage a Prefect task that runs the DVC
+stage of dvc.yaml (`dvc repro --single-item <stage>-<N>`), so the loop and `dvc repro` are
+one execution path: after the loop every output is in DVC's cache and `dvc status` is clean.
+
+Resuming is DVC's: a stage whose deps, params and outs are unchanged is skipped, and since
+every stage writes its outputs whole or not at all, a loop killed at any point continues from
+the stage it was in, without redoing or losing work. A stage that fails on its inputs (exit
+status 2: a missing or broken file, a bad params key) fails the loop at once; one killed from
+outside (a signal, out of memory) is retried.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from prefect import flow, get_run_logger, task
+
+from flows.pipeline import generations_of, write_dvc_yaml
+from stages.params import load_params
+
+STAGES = ("selfplay", "shuffle", "train", "ema", "gate", "promote")
+METRICS = {
+    "selfplay": "reports/selfplay/gen-{n}.json",
+    "train": "reports/train/gen-{n}.json",
+    "gate": "reports/gate/gen-{n}.json",
+    "promote": "models/gen-{n}/champion/promotion.json",
+}
+
+
+class StageFailed(RuntimeError):
+    """A stage that failed on its inputs or its code: retrying cannot help."""
+
+
+class StageInterrupted(RuntimeError):
+    """A stage killed from outside (a signal, out of memory): worth another try."""
+
+
+def _retry_interrupted(task_, task_run, state) -> bool:
+    return isinstance(state.data, StageInterrupted)
+
+
+def _environment() -> dict[str, str]:
+    """This environment's bin first on PATH: the stages' `python` and `dvc` are this Python's
+    and its dvc, whichever Python the shell would find."""
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    return dict(os.environ, PATH=path)
+
+
+def _alive(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def clear_stale_locks(repo: str | Path) -> int:
+    """Drop the entries of DVC's read/write lock (.dvc/tmp/rwlock) held by processes that no
+    longer run: a loop killed mid-stage leaves its dvc's entries behind, and DVC would refuse
+    to touch those outputs again. Returns the entries dropped."""
+    path = Path(repo) / ".dvc" / "tmp" / "rwlock"
+    if not path.exists():
+        return 0
+    lock = json.loads(path.read_text() or "{}")
+    dropped = 0
+    for path_key, info in list(lock.get("write", {}).items()):
+        if not _alive(info["pid"]):
+            del lock["write"][path_key]
+            dropped += 1
+    for path_key, infos in list(lock.get("read", {}).items()):
+        alive = [info for info in infos if _alive(info["pid"])]
+        dropped += len(infos) - len(alive)
+        if alive:
+            lock["read"][path_key] = alive
+        else:
+            del lock["read"][path_key]
+    if dropped:
+        path.write_text(json.dumps(lock))
+    return dropped
+
+
+@task(
+    name="stage",
+    task_run_name="{stage}-{generation}",
+    retries=2,
+    retry_delay_seconds=5,
+    retry_condition_fn=_retry_interrupted,
+)
+def run_stage(stage: str, generation: int, repo: str) -> dict:
+    """Reproduce one DVC stage; returns {"stage", "ran", "metrics"}."""
+    logger = get_run_logger()
+    name = f"{stage}-{generation}"
+    result = subprocess.run(
+        ["dvc", "repro", "--single-item", name],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        env=_environment(),
+    )
+    output = result.stdout + result.stderr
+    if result.returncode != 0:
+        code = re.search(r"exited with (-?\d+)", output)
+        message = f"{name} failed:\n{output[-3000:]}"
+        if code and int(code.group(1)) < 0:
+            raise StageInterrupted(message)
+        raise StageFailed(message)
+    ran = f"Running stage '{name}'" in output
+    logger.info("%s: %s", name, "ran" if ran else "up to date, skipped")
+    metrics = {}
+    if stage in METRICS:
+        path = Path(repo) / METRICS[stage].format(n=generation)
+        if path.exists():
+            metrics = json.loads(path.read_text())
+    return {"stage": name, "ran": ran, "metrics": metrics}
+
+
+@flow(name="tengen-loop")
+def loop(repo: str = ".") -> list[dict]:
+    """Run (or resume) the run in `repo` (a git repository with DVC): dvc.yaml is written
+    from its params.yaml (run.generations), then every stage of every generation, in order.
+    In the source tree the stages depend on the code too; in a run folder outside it, with
+    tengen installed, they do not."""
+    logger = get_run_logger()
+    params_path = Path(repo) / "params.yaml"
+    count = generations_of(load_params(params_path), params_path)
+    in_source = (Path(repo) / "gocore").is_dir()
+    write_dvc_yaml(params_path, Path(repo) / "dvc.yaml", code_deps=in_source)
+    if dropped := clear_stale_locks(repo):
+        logger.info("resuming: dropped %d DVC lock entries of a killed run", dropped)
+    results = []
+    for n in range(count):
+        for stage in STAGES:
+            results.append(run_stage(stage, n, str(repo)))
+        promoted = results[-1]["metrics"]
+        champion = (promoted.get("champion") or {}).get("id")
+        logger.info(
+            "generation %d: gate %s, champion %s",
+            n,
+            "passed" if promoted.get("promoted") else "not passed",
+            champion or "none yet",
+        )
+    return results
