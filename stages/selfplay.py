@@ -275,6 +275,8 @@ def run(params: SelfPlayParams, io: SelfPlayIO, *, progress: bool = True) -> dic
                 shard, pending, pending_rows = shard + 1, [], 0
         if pending or shard == 0:
             _write(pending, tmp / f"part-{shard}.parquet", io.generation, model_id)
+        bar.last = 0.0
+        bar(sp)  # the bar's last line: every game done
         seconds = time.perf_counter() - start
         metrics = stats.metrics(sp, seconds)
         metrics.update(generation=io.generation, model_id=model_id, seed=seed)
