@@ -21,6 +21,7 @@ from pathlib import Path
 from prefect import flow, get_run_logger, task
 
 from flows.pipeline import generations_of, write_dvc_yaml
+from stages.atomic import write_text
 from stages.params import load_params
 
 STAGES = ("selfplay", "shuffle", "train", "ema", "gate", "promote")
@@ -67,7 +68,10 @@ def clear_stale_locks(repo: str | Path) -> int:
     path = Path(repo) / ".dvc" / "tmp" / "rwlock"
     if not path.exists():
         return 0
-    lock = json.loads(path.read_text() or "{}")
+    try:
+        lock = json.loads(path.read_text() or "{}")
+    except json.JSONDecodeError:
+        return 0  # being written by a running dvc: not ours to touch
     dropped = 0
     for path_key, info in list(lock.get("write", {}).items()):
         if not _alive(info["pid"]):
@@ -81,8 +85,18 @@ def clear_stale_locks(repo: str | Path) -> int:
         else:
             del lock["read"][path_key]
     if dropped:
-        path.write_text(json.dumps(lock))
+        write_text(json.dumps(lock), path)
     return dropped
+
+
+def failure(returncode: int, output: str) -> type[RuntimeError]:
+    """StageInterrupted for a stage killed by a signal: dvc itself (a negative status), or
+    the stage's command, which dvc reports as a negative status or, through a shell that does
+    not exec it, as 128 + the signal. StageFailed for the rest."""
+    code = re.search(r"exited with (-?\d+)", output)
+    if returncode < 0 or (code and not 0 <= int(code.group(1)) <= 128):
+        return StageInterrupted
+    return StageFailed
 
 
 @task(
@@ -105,11 +119,7 @@ def run_stage(stage: str, generation: int, repo: str) -> dict:
     )
     output = result.stdout + result.stderr
     if result.returncode != 0:
-        code = re.search(r"exited with (-?\d+)", output)
-        message = f"{name} failed:\n{output[-3000:]}"
-        if code and int(code.group(1)) < 0:
-            raise StageInterrupted(message)
-        raise StageFailed(message)
+        raise failure(result.returncode, output)(f"{name} failed:\n{output[-3000:]}")
     ran = f"Running stage '{name}'" in output
     logger.info("%s: %s", name, "ran" if ran else "up to date, skipped")
     metrics = {}

@@ -16,10 +16,17 @@ import yaml
 SHARED = ["stages/params.py", "stages/atomic.py", "stages/cli.py"]
 CODE = {
     "selfplay": ["gocore", "nets", "stages/selfplay.py", "stages/rows.py", "stages/promote.py"],
-    "shuffle": ["stages/shuffle.py", "stages/rows.py"],
+    "shuffle": ["stages/shuffle.py", "stages/rows.py", "gocore/features.py"],
     "train": ["nets", "stages/train.py", "stages/rows.py", "gocore/features.py"],
     "ema": ["nets", "stages/ema.py", "stages/train.py", "stages/rows.py", "gocore/features.py"],
-    "gate": ["gocore", "nets", "stages/gate.py", "stages/selfplay.py", "stages/promote.py"],
+    "gate": [
+        "gocore",
+        "nets",
+        "stages/gate.py",
+        "stages/selfplay.py",
+        "stages/promote.py",
+        "stages/rows.py",
+    ],
     "promote": ["nets", "stages/promote.py"],
 }
 

@@ -271,6 +271,9 @@ def save_sgf(record: GameRecord, path: str | os.PathLike) -> Path:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(write_sgf(record))
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)  # mkstemp's 0600, as a new file would be
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

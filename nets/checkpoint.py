@@ -37,6 +37,9 @@ def save(model: GoNet, path: str | Path, meta: dict | None = None) -> Path:
     os.close(fd)
     try:
         torch.save(payload, tmp)
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)  # mkstemp's 0600, as a new file would be
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

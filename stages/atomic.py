@@ -13,6 +13,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 
+def file_mode() -> int:
+    """The mode a new file gets under this process's umask (mkstemp's files are 0600)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 @contextlib.contextmanager
 def output_dir(out: str | os.PathLike) -> Iterator[Path]:
     """A temporary folder beside `out`, renamed to `out` when the block ends without an
@@ -20,6 +27,7 @@ def output_dir(out: str | os.PathLike) -> Iterator[Path]:
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
+    os.chmod(tmp, file_mode() | 0o111)  # mkdtemp's 0700 would hide outputs on a shared machine
     try:
         yield tmp
         old = None
@@ -42,6 +50,7 @@ def write_text(text: str, path: str | os.PathLike) -> Path:
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
+        os.chmod(tmp, file_mode())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

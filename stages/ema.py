@@ -31,7 +31,7 @@ from stages import cli
 from stages.atomic import output_dir
 from stages.cli import InputError
 from stages.params import Section, device_of, load_params, section
-from stages.train import TrainParams, batches, window_files
+from stages.train import TrainParams, batches, check_window, window_files
 
 STATE_FORMAT = "tengen-ema-state-1"
 
@@ -109,6 +109,7 @@ def update_batch_norm(model: GoNet, data, count: int) -> int:
         m.running_mean.zero_()
         m.running_var.fill_(1.0)
     was_training = model.training
+    device = next(model.parameters()).device
     model.train()
     used = 0
     try:
@@ -116,7 +117,10 @@ def update_batch_norm(model: GoNet, data, count: int) -> int:
             arrays = next(data)
             for m in norms:
                 m.momentum = 1.0 / (k + 1)  # a running mean of the batches' statistics
-            model(torch.as_tensor(arrays["planes"]), torch.as_tensor(arrays["glob"]))
+            model(
+                torch.as_tensor(arrays["planes"], device=device),
+                torch.as_tensor(arrays["glob"], device=device),
+            )
             used += 1
     finally:
         for m, momentum in zip(norms, saved, strict=True):
@@ -141,10 +145,11 @@ def run(params: EmaParams, io: EmaIO, *, tensor: int) -> dict:
     model.load_state_dict(avg)
     used = 0
     if params.bn_batches:
-        files, _ = window_files(io.window, stage="ema")
+        files, manifest = window_files(io.window, stage="ema")
+        check_window(manifest, params.bn_batch_size, "ema", "ema.bn_batch_size")
         rng = np.random.default_rng([params.seed, io.generation])
         used = update_batch_norm(
-            model, batches(files, params.bn_batch_size, tensor, rng), params.bn_batches
+            model, batches(files, params.bn_batch_size, tensor, rng, "ema"), params.bn_batches
         )
     model.eval()
     with output_dir(io.out) as tmp:

@@ -29,7 +29,7 @@ from stages import cli
 from stages.atomic import output_dir, write_json
 from stages.cli import InputError
 from stages.params import Section, device_of, load_params, section
-from stages.promote import champion_path
+from stages.promote import previous_champion
 from stages.selfplay import SearchSection, load_net
 
 
@@ -145,8 +145,8 @@ def prepare(
 ) -> tuple[GateParams, GateIO]:
     raw = load_params(params_path)
     params = section(raw, "gate", GateParams, source=params_path)
-    if champion is None and generation > 0:
-        champion = champion_path(Path(f"models/gen-{generation - 1}/champion"))
+    if champion is None:
+        champion = previous_champion(generation, "gate")
     io = GateIO(
         generation=generation,
         candidate=Path(candidate or f"models/gen-{generation}/ema/candidate.pt"),

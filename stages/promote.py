@@ -44,6 +44,20 @@ def champion_path(folder: Path) -> Path | None:
     return path if path.is_file() else None
 
 
+def previous_champion(generation: int, stage: str) -> Path | None:
+    """The champion after generation N - 1 (None at generation 0, or before any promotion);
+    InputError if that generation's promote stage has not run."""
+    if generation == 0:
+        return None
+    folder = Path(f"models/gen-{generation - 1}/champion")
+    if not (folder / PROMOTION).is_file():
+        raise InputError(
+            f"{stage}: {folder / PROMOTION} does not exist; run the promote stage of "
+            f"generation {generation - 1} first (or pass the model explicitly)"
+        )
+    return champion_path(folder)
+
+
 def _read_json(path: Path, stage: str) -> dict:
     try:
         return json.loads(path.read_text())

@@ -41,6 +41,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from gocore.features import N_GLOBALS, packed_length
+from stages.atomic import file_mode
 
 SCHEMA_VERSION = "1"
 
@@ -129,6 +130,7 @@ def write_shard(table: pa.Table, path: str | Path) -> Path:
     os.close(fd)
     try:
         pq.write_table(table, tmp, compression="zstd")
+        os.chmod(tmp, file_mode())
         os.replace(tmp, path)
     finally:
         Path(tmp).unlink(missing_ok=True)

@@ -36,7 +36,7 @@ from gocore.sgf import GameRecord, save_sgf
 from stages import cli
 from stages.atomic import output_dir, write_json
 from stages.params import ParamsError, Section, device_of, load_params, section
-from stages.promote import champion_path
+from stages.promote import previous_champion
 from stages.rows import SCHEMA, table_from_columns, write_shard
 
 Probability = Field(ge=0.0, le=1.0)
@@ -139,9 +139,11 @@ def prepare(
     params = section(raw, "selfplay", SelfPlayParams, source=params_path)
     if games is not None:
         params = params.model_copy(update={"games": games})
-    if model is None and generation > 0:
+    if model is None:
         # The champion after the previous generation, if there is one yet.
-        model = champion_path(Path(f"models/gen-{generation - 1}/champion"))
+        model = previous_champion(generation, "selfplay")
+    elif str(model) == UNIFORM:
+        model = None
     if model is not None and not Path(model).is_file():
         raise ParamsError(f"selfplay: model {model} does not exist (the promote stage writes it)")
     io = SelfPlayIO(
@@ -152,6 +154,9 @@ def prepare(
         device=device_of(raw, params_path),
     )
     return params, io
+
+
+UNIFORM = "uniform"  # --model uniform: generation 0's uniform priors, whatever the generation
 
 
 def game_seed(seed: int, generation: int) -> int:
@@ -355,7 +360,11 @@ def _write(pending, path: Path, generation: int, model_id: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = cli.parser("selfplay", __doc__)
-    p.add_argument("--model", type=Path, default=None, help="champion checkpoint (none: uniform)")
+    p.add_argument(
+        "--model",
+        default=None,
+        help="a checkpoint, or 'uniform' (default: the previous generation's champion)",
+    )
     p.add_argument("--out", type=Path, default=None)
     p.add_argument("--metrics", type=Path, default=None)
     p.add_argument("--games", type=int, default=None, help="override selfplay.games")

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 from pydantic import Field
@@ -89,23 +90,50 @@ def window_files(window: Path, stage: str = "train") -> tuple[list[Path], dict]:
             schema = pq.read_schema(path)
         except (OSError, ValueError) as e:
             raise InputError(
-                f"train: window file {path} is unreadable ({e}); rerun shuffle"
+                f"{stage}: window file {path} is unreadable ({e}); rerun shuffle"
             ) from None
         if not schema.equals(SCHEMA, check_metadata=False):
             raise InputError(f"{stage}: window file {path} does not have the rows schema")
     return files, manifest
 
 
-def batches(files: list[Path], batch_size: int, tensor: int, rng: np.random.Generator):
+def batches(
+    files: list[Path], batch_size: int, tensor: int, rng: np.random.Generator, stage: str = "train"
+):
     """Endless training batches: the files in a random order, each one's rows permuted, each
-    row under a random symmetry. One file in memory at a time."""
+    row under a random symmetry; a file's last rows fill the next batch with the next file's.
+    One file in memory at a time (plus less than a batch of the one before). The window must
+    hold a batch (see `check_window`)."""
+    leftover = None
     while True:
         for i in rng.permutation(len(files)):
-            table = pq.read_table(files[i])
-            order = rng.permutation(table.num_rows)
-            for start in range(0, len(order) - batch_size + 1, batch_size):
-                part = table.take(order[start : start + batch_size])
-                yield training_arrays(part, tensor, rng.integers(0, 8, batch_size))
+            try:
+                table = pq.read_table(files[i])
+            except (OSError, ValueError) as e:
+                raise InputError(
+                    f"{stage}: window file {files[i]} is unreadable ({e}); rerun shuffle"
+                ) from None
+            table = table.take(rng.permutation(table.num_rows))
+            if leftover is not None:
+                table = pa.concat_tables([leftover, table])
+            full = table.num_rows - table.num_rows % batch_size
+            for start in range(0, full, batch_size):
+                part = table.slice(start, batch_size)
+                try:
+                    arrays = training_arrays(part, tensor, rng.integers(0, 8, batch_size))
+                except ValueError as e:
+                    raise InputError(f"{stage}: {e} (params.yaml train.tensor)") from None
+                yield arrays
+            leftover = table.slice(full)
+
+
+def check_window(manifest: dict, batch_size: int, stage: str, key: str) -> None:
+    rows = int(manifest.get("window_rows") or 0)
+    if rows < batch_size:
+        raise InputError(
+            f"{stage}: the window has {rows} rows, fewer than one batch ({key} = {batch_size}); "
+            "play more self-play games or lower the batch size"
+        )
 
 
 def _load_state(previous: Path | None, params: TrainParams, device: str):
@@ -142,6 +170,12 @@ def run(params: TrainParams, weights: LossWeights, io: TrainIO) -> dict:
     if params.threads:
         torch.set_num_threads(params.threads)
     files, manifest = window_files(io.window)
+    check_window(manifest, params.batch_size, "train", "train.batch_size")
+    if params.samples_per_generation < params.batch_size * params.snapshots:
+        raise ParamsError(
+            f"train: samples_per_generation ({params.samples_per_generation}) must give every "
+            f"one of the {params.snapshots} snapshots at least one batch of {params.batch_size}"
+        )
     model, optimizer_state, samples = _load_state(io.previous, params, io.device)
     optimizer = torch.optim.SGD(
         model.parameters(), lr=params.lr_per_sample, momentum=params.momentum
@@ -149,7 +183,7 @@ def run(params: TrainParams, weights: LossWeights, io: TrainIO) -> dict:
     if optimizer_state is not None:
         optimizer.load_state_dict(optimizer_state)
     rng = np.random.default_rng([params.seed, io.generation])
-    steps = max(1, params.samples_per_generation // params.batch_size)
+    steps = params.samples_per_generation // params.batch_size
     snapshot_steps = {round(steps * (k + 1) / params.snapshots) for k in range(params.snapshots)}
     terms_sum: dict[str, float] = {}
     window_sum: dict[str, float] = {}

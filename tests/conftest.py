@@ -151,7 +151,9 @@ def selfplay_generations(tmp_path_factory) -> Path:
     path = root / "params.yaml"
     path.write_text(yaml.safe_dump(params))
     for gen in range(3):
-        p, io = selfplay.prepare(path, gen, out=root / f"gen-{gen}", metrics=root / "m.json")
+        p, io = selfplay.prepare(
+            path, gen, model="uniform", out=root / f"gen-{gen}", metrics=root / "m.json"
+        )
         selfplay.run(p, io, progress=False)
     return root
 

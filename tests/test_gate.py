@@ -101,12 +101,20 @@ def test_gate_against_the_uniform_champion(tmp_path):
             wins += 1
     assert decision["candidate_wins"] == wins
     assert decision["passed"] == (wins >= 3)
-    # With an early stop the gate ends once the result is settled.
-    early_io = gate.GateIO(3, candidate, None, tmp_path / "early", tmp_path / "e.json")
-    early = gate.run(_params(early_stop=True, slots=1, games=6, win_fraction=1 / 6), early_io)
-    settled = gate.decided(early["candidate_wins"], early["games"], 6, 1.0)
-    assert settled is not None and early["passed"] == settled
-    assert early["stopped_early"] == (early["games"] < 6)
+    # With an early stop the gate ends once the result is settled: asking for 6 wins of 6,
+    # at the first game the candidate does not win (the same games, by the same seeds).
+    full = gate.run(_params(slots=1, win_fraction=1.0), gate.GateIO(
+        3, candidate, None, tmp_path / "full", tmp_path / "f.json"))  # fmt: skip
+    early = gate.run(_params(slots=1, win_fraction=1.0, early_stop=True), gate.GateIO(
+        3, candidate, None, tmp_path / "early", tmp_path / "e.json"))  # fmt: skip
+    results = []
+    for i, path in enumerate(sorted((tmp_path / "full" / "sgf").glob("*.sgf"))):
+        record = read_sgf(path)
+        won = record.result != "0" and record.result.startswith("B") == (i % 2 == 0)
+        results.append(won)
+    first_miss = results.index(False) if False in results else 5
+    assert early["games"] == first_miss + 1 and early["passed"] == all(results)
+    assert early["stopped_early"] == (first_miss < 5) and not full["stopped_early"]
 
 
 def test_a_missing_candidate_names_the_stage(tmp_path):

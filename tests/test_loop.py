@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from flows.loop import STAGES, loop
+from flows.loop import STAGES, StageFailed, StageInterrupted, failure, loop
 from tests.conftest import make_run_repo, run_in
 
 
@@ -50,3 +50,12 @@ def test_the_loop_runs_through_dvc_and_resumes(tmp_path, prefect_api):
     # Everything is in DVC's cache and up to date; a second loop runs nothing.
     assert "up to date" in run_in(repo, "dvc", "status")
     assert not any(r["ran"] for r in loop(str(repo)))
+
+
+def test_killed_stages_are_retried_and_failed_ones_are_not():
+    assert failure(1, "failed to run: python -m stages.train, exited with -9") is StageInterrupted
+    assert failure(1, "failed to run: python -m stages.train, exited with 137") is StageInterrupted
+    assert failure(-9, "") is StageInterrupted  # dvc itself killed
+    assert failure(1, "failed to run: python -m stages.train, exited with 2") is StageFailed
+    assert failure(1, "failed to run: python -m stages.train, exited with 1") is StageFailed
+    assert failure(255, "ERROR: unexpected error") is StageFailed

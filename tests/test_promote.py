@@ -64,3 +64,21 @@ def test_missing_inputs_name_the_stage(tmp_path):
     with pytest.raises(promote.InputError, match="run the ema stage first"):
         promote.run(promote.PromoteIO(0, tmp_path / "nope.pt", decision, tmp_path / "out"))
     assert not (tmp_path / "out").exists()
+
+
+def test_self_play_and_gate_need_the_previous_promotion(tmp_path, monkeypatch):
+    from stages import gate, selfplay
+    from tests.conftest import REPO
+
+    monkeypatch.chdir(tmp_path)
+    params = REPO / "params.yaml"
+    with pytest.raises(promote.InputError, match="run the promote stage of generation 4"):
+        selfplay.prepare(params, 5)
+    with pytest.raises(promote.InputError, match="run the promote stage of generation 4"):
+        gate.prepare(params, 5)
+    # A promotion that kept no champion (none passed yet): uniform priors, on purpose.
+    (tmp_path / "models/gen-4/champion").mkdir(parents=True)
+    (tmp_path / "models/gen-4/champion/promotion.json").write_text('{"champion": null}')
+    assert selfplay.prepare(params, 5)[1].model is None
+    assert gate.prepare(params, 5)[1].champion is None
+    assert selfplay.prepare(params, 5, model="uniform")[1].model is None
