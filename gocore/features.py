@@ -886,6 +886,13 @@ def pass_alive_all(b: Boards, work: FeatureWork | None = None) -> np.ndarray:
     return work.area.copy()
 
 
+def pass_alive_of(b: Boards, g: int, work: FeatureWork) -> np.ndarray:
+    """[A] int8 pass-alive area of game g alone (as a row of `pass_alive_all`)."""
+    check_work(b.color.shape, b.stride, work)
+    _pass_alive_range(b, work, g, g + 1)
+    return work.area[g].copy()
+
+
 def check_work(board_shape, stride: int, work: FeatureWork) -> None:
     """Refuse a work space made for a batch of another shape (the kernels do not check bounds)."""
     if tuple(work.color.shape) != tuple(board_shape) or work.past.stride != stride:

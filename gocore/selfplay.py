@@ -310,7 +310,7 @@ def _final_score(b, g, dead, no_marks, owner):
 def final_score(b: Boards, work: F.FeatureWork, g: int) -> tuple[float, np.ndarray]:
     """Game g's final score from Black's side by its rules, stones inside the opponent's
     pass-alive area (Benson) counted dead, and the owner of each point ([A] int8)."""
-    area = F.pass_alive_all(b, work)[g]
+    area = F.pass_alive_of(b, g, work)
     color = b.color[g]
     dead = ((color == BLACK) & (area & F.AREA_WHITE > 0)) | (
         (color == WHITE) & (area & F.AREA_BLACK > 0)
