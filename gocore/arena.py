@@ -21,7 +21,7 @@ from gocore import features as F
 from gocore import search as S
 from gocore.board import BLACK, new_boards
 from gocore.rules import Rules
-from gocore.selfplay import final_score, play_some
+from gocore.selfplay import final_score, net_rows, play_some
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,11 +78,9 @@ def play_match(
         a_moves = (roots.to_move[game_of_leaf] == BLACK) == a_is_black[game_of_leaf]
         policy = np.zeros((b, size * size + 1), np.float32)
         value = np.zeros((b, 3), np.float32)
-        for net, rows in ((net_a, np.flatnonzero(a_moves)), (net_b, np.flatnonzero(~a_moves))):
-            if len(rows):
-                out = net(planes[rows], glob[rows], legal=legal[rows])
-                policy[rows] = out["policy"]
-                value[rows] = out["value"]
+        outputs = {"policy": policy, "value": value}
+        net_rows(net_a, planes, glob, legal, np.flatnonzero(a_moves), outputs)
+        net_rows(net_b, planes, glob, legal, np.flatnonzero(~a_moves), outputs)
         return F.policy_all(leaf_boards, policy, symmetry), value[:, 0] - value[:, 1]
 
     over = np.zeros(games, np.bool_)

@@ -319,6 +319,15 @@ def final_score(b: Boards, work: F.FeatureWork, g: int) -> tuple[float, np.ndarr
     return float(_final_score(b, g, dead, np.zeros_like(dead), owner)), owner
 
 
+def net_rows(net, planes, glob, legal, rows: np.ndarray, out: dict[str, np.ndarray]) -> None:
+    """Run `net` on the given rows of the feature buffers; each of its outputs named in `out`
+    is written into that array at those rows."""
+    if len(rows):
+        result = net(planes[rows], glob[rows], legal=legal[rows])
+        for name, array in out.items():
+            array[rows] = result[name]
+
+
 def play_some(b: Boards, moves: np.ndarray, which: np.ndarray) -> None:
     """Game g plays moves[g] (its player to move) where which[g]."""
     over_games(_play_some, b.games, b, np.ascontiguousarray(moves, np.int64),
@@ -579,12 +588,10 @@ class SelfPlay:
                 _encode_some, b, leaves, self.leaf_work, need, symmetry, self.planes, self.glob
             )
             legal = F.legal_tensor_all(leaves, self.tensor, symmetry)
-            out = self.net(self.planes[rows], self.glob[rows], legal=legal[rows])
+            outputs = {"policy": policy_t, "value": value, "score_mean": score_mean,
+                       "score_stdev": score_stdev}  # fmt: skip
+            net_rows(self.net, self.planes, self.glob, legal, rows, outputs)
             self.evaluations += len(rows)
-            policy_t[rows] = out["policy"]
-            value[rows] = out["value"]
-            score_mean[rows] = out["score_mean"]
-            score_stdev[rows] = out["score_stdev"]
         policy = F.policy_all(leaves, policy_t, symmetry)
         win = value[:, 0] - value[:, 1]
         mover = np.where(leaves.to_move == BLACK, 1.0, -1.0)
