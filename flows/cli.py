@@ -273,19 +273,100 @@ def bench_features(
 
 @app.command("run")
 def run_loop(
-    repo: Annotated[str, typer.Option(help="The run's folder: a git repository with DVC.")] = ".",
+    repo: Annotated[
+        str | None,
+        typer.Option(
+            help="The run's folder, a git repository with DVC (default: here, or "
+            "runs/<preset> with --preset)."
+        ),
+    ] = None,
+    preset: Annotated[
+        str | None,
+        typer.Option(
+            help="Make the run folder from params.yaml with this preset on top "
+            "(flows/presets: long)."
+        ),
+    ] = None,
+    generations: Annotated[
+        int | None, typer.Option(help="Set run.generations in the run's params.yaml first.")
+    ] = None,
 ) -> None:
     """Run the training loop (or resume it): every stage of every generation of params.yaml's
-    run, as DVC stages under a Prefect flow."""
+    run, as DVC stages under a Prefect flow, logged to MLflow. Ends by saying where the
+    champion, the MLflow UI and the reports are."""
     from flows.loop import StageFailed, loop
+    from flows.runs import create_run, where
+    from stages.params import ParamsError
 
+    folder = Path(repo or (f"runs/{preset}" if preset else "."))
     try:
-        results = loop(repo)
-    except StageFailed as e:
+        if preset and not (folder / "params.yaml").exists():
+            create_run(folder, preset)
+            print(f"made the run folder {folder} (preset {preset})")
+        results = loop(str(folder), generations=generations)
+    except (StageFailed, ParamsError) as e:
         print(f"tengen run: {e}", file=sys.stderr)
         raise typer.Exit(2) from None
     ran = sum(r["ran"] for r in results)
     print(f"{len(results)} stages: {ran} ran, {len(results) - ran} were up to date")
+    print(where(folder))
+
+
+@app.command("serve")
+def serve(
+    repo: Annotated[str, typer.Option(help="The run's folder.")] = ".",
+    cron: Annotated[
+        str | None, typer.Option(help='A cron schedule, e.g. "0 2 * * *" (params: run.serve_cron).')
+    ] = None,
+    interval: Annotated[
+        float | None,
+        typer.Option(help="Minutes between runs (params: run.serve_interval_minutes)."),
+    ] = None,
+    more: Annotated[
+        int | None,
+        typer.Option(help="Generations each scheduled run adds (params: run.serve_generations)."),
+    ] = None,
+) -> None:
+    """Serve the loop as a scheduled Prefect deployment: each run adds generations to the run
+    in --repo. Runs until stopped (Ctrl-C)."""
+    from prefect import serve as prefect_serve
+
+    from flows.loop import deployment
+    from stages.params import ParamsError
+
+    try:
+        dep = deployment(repo, cron=cron, interval=interval, more=more)
+    except ParamsError as e:
+        print(f"tengen serve: {e}", file=sys.stderr)
+        raise typer.Exit(2) from None
+    prefect_serve(dep)
+
+
+@app.command("ui")
+def ui(
+    repo: Annotated[str, typer.Option(help="The run's folder (its mlflow.db).")] = ".",
+    port: Annotated[int, typer.Option(help="The port to serve on.")] = 5000,
+    host: Annotated[str, typer.Option(help="The address to listen on.")] = "127.0.0.1",
+) -> None:
+    """Open the MLflow UI on the run's tracking store."""
+    import os
+
+    from stages.params import ParamsError, load_params
+    from stages.tracking import settings, store_uri
+
+    try:
+        params = settings(load_params(Path(repo) / "params.yaml"), Path(repo) / "params.yaml")
+    except ParamsError as e:
+        print(f"tengen ui: {e}", file=sys.stderr)
+        raise typer.Exit(2) from None
+    if params is None:
+        print("tengen ui: MLflow tracking is off (mlflow.enabled: false)", file=sys.stderr)
+        raise typer.Exit(2)
+    uri = store_uri(params, Path(repo).resolve())
+    mlflow = str(Path(sys.executable).parent / "mlflow")
+    print(f"MLflow UI on {uri}: http://{host}:{port}", flush=True)
+    args = ["ui", "--backend-store-uri", uri, "--host", host, "--port", str(port)]
+    os.execv(mlflow, [mlflow, *args])
 
 
 @app.command("pipeline")

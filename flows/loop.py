@@ -19,10 +19,13 @@ import sys
 from pathlib import Path
 
 from prefect import flow, get_run_logger, task
+from prefect.context import get_run_context
 
 from flows.pipeline import generations_of, write_dvc_yaml
+from flows.runs import completed_generations, set_generations
 from stages.atomic import write_text
 from stages.params import load_params
+from stages.tracking import ENV_PARENT, open_tracker
 
 STAGES = ("selfplay", "shuffle", "train", "ema", "gate", "promote")
 METRICS = {
@@ -45,11 +48,15 @@ def _retry_interrupted(task_, task_run, state) -> bool:
     return isinstance(state.data, StageInterrupted)
 
 
-def _environment() -> dict[str, str]:
+def _environment(parent_run: str | None = None) -> dict[str, str]:
     """This environment's bin first on PATH: the stages' `python` and `dvc` are this Python's
-    and its dvc, whichever Python the shell would find."""
+    and its dvc, whichever Python the shell would find. With the loop's MLflow run, which
+    the stages nest their runs under."""
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
-    return dict(os.environ, PATH=path)
+    env = dict(os.environ, PATH=path)
+    if parent_run:
+        env[ENV_PARENT] = parent_run
+    return env
 
 
 def _alive(pid: int) -> bool:
@@ -106,7 +113,7 @@ def failure(returncode: int, output: str) -> type[RuntimeError]:
     retry_delay_seconds=5,
     retry_condition_fn=_retry_interrupted,
 )
-def run_stage(stage: str, generation: int, repo: str) -> dict:
+def run_stage(stage: str, generation: int, repo: str, parent_run: str | None = None) -> dict:
     """Reproduce one DVC stage; returns {"stage", "ran", "metrics"}."""
     logger = get_run_logger()
     name = f"{stage}-{generation}"
@@ -115,7 +122,7 @@ def run_stage(stage: str, generation: int, repo: str) -> dict:
         cwd=repo,
         capture_output=True,
         text=True,
-        env=_environment(),
+        env=_environment(parent_run),
     )
     output = result.stdout + result.stderr
     if result.returncode != 0:
@@ -131,28 +138,125 @@ def run_stage(stage: str, generation: int, repo: str) -> dict:
 
 
 @flow(name="tengen-loop")
-def loop(repo: str = ".") -> list[dict]:
+def loop(repo: str = ".", generations: int | None = None, more: int | None = None) -> list[dict]:
     """Run (or resume) the run in `repo` (a git repository with DVC): dvc.yaml is written
     from its params.yaml (run.generations), then every stage of every generation, in order.
     In the source tree the stages depend on the code too; in a run folder outside it, with
-    tengen installed, they do not."""
+    tengen installed, they do not.
+
+    `generations` sets run.generations in params.yaml first; `more` sets it to the
+    generations already promoted plus `more` (what a scheduled run does each time)."""
     logger = get_run_logger()
     params_path = Path(repo) / "params.yaml"
-    count = generations_of(load_params(params_path), params_path)
+    if more is not None:
+        generations = completed_generations(Path(repo)) + more
+    if generations is not None:
+        set_generations(params_path, generations)
+    raw = load_params(params_path)
+    count = generations_of(raw, params_path)
+    tracker = open_tracker(raw, params_path, base=Path(repo).resolve())
     in_source = (Path(repo) / "gocore").is_dir()
     write_dvc_yaml(params_path, Path(repo) / "dvc.yaml", code_deps=in_source)
     if dropped := clear_stale_locks(repo):
         logger.info("resuming: dropped %d DVC lock entries of a killed run", dropped)
-    results = []
-    for n in range(count):
-        for stage in STAGES:
-            results.append(run_stage(stage, n, str(repo)))
-        promoted = results[-1]["metrics"]
-        champion = (promoted.get("champion") or {}).get("id")
-        logger.info(
-            "generation %d: gate %s, champion %s",
-            n,
-            "passed" if promoted.get("promoted") else "not passed",
-            champion or "none yet",
+    parent = None
+    if tracker is not None:
+        if closed := tracker.close_dead_runs():
+            logger.info("MLflow: marked %d runs of a killed loop KILLED", closed)
+        flow_run = get_run_context().flow_run
+        parent = tracker.start_loop(
+            f"loop {flow_run.name}", {"prefect.flow_run_id": str(flow_run.id)}
         )
+        tracker.client.log_param(parent, "run.generations", count)
+        logger.info("MLflow: run %s in %s", parent, tracker.uri)
+    results = []
+    status = "FAILED"
+    try:
+        for n in range(count):
+            for stage in STAGES:
+                results.append(run_stage(stage, n, str(repo), parent))
+            summary = generation_summary(results[-len(STAGES) :])
+            if tracker is not None:
+                for key, value in summary.items():
+                    tracker.client.log_metric(parent, key, value, step=n)
+            promoted = results[-1]["metrics"]
+            champion = (promoted.get("champion") or {}).get("id")
+            logger.info(
+                "generation %d: gate %s, champion %s",
+                n,
+                "passed" if promoted.get("promoted") else "not passed",
+                champion or "none yet",
+            )
+        status = "FINISHED"
+    finally:
+        if tracker is not None:
+            tracker.client.set_terminated(parent, status)
     return results
+
+
+def generation_summary(results: list[dict]) -> dict[str, float]:
+    """One generation's headline figures, from its stages' metrics files."""
+    by = {r["stage"].rsplit("-", 1)[0]: r["metrics"] for r in results}
+    out = {}
+    if "games" in by.get("selfplay", {}):
+        out["selfplay_games"] = by["selfplay"]["games"]
+    train = by.get("train", {})
+    if "window_rows" in train:
+        out["window_rows"] = train["window_rows"]
+    for key, value in (train.get("loss") or {}).items():
+        out[f"loss_{key}"] = value
+    gate = by.get("gate", {})
+    if "win_rate" in gate:
+        out["gate_win_rate"] = gate["win_rate"]
+    if "promoted" in by.get("promote", {}):
+        out["promoted"] = float(by["promote"]["promoted"])
+    return out
+
+
+def deployment(
+    repo: str | Path = ".",
+    *,
+    cron: str | None = None,
+    interval: float | None = None,
+    more: int | None = None,
+):
+    """The loop as a scheduled Prefect deployment of the run in `repo`: on a cron schedule or
+    every `interval` minutes (else params.yaml's run.serve_cron / run.serve_interval_minutes),
+    each run adding `more` generations (run.serve_generations). One run at a time: a run that
+    comes due while another is going waits for it (DVC's lock would refuse it)."""
+    from datetime import timedelta
+
+    from prefect.client.schemas.objects import ConcurrencyLimitConfig, ConcurrencyLimitStrategy
+
+    from stages.params import ParamsError
+
+    repo = Path(repo).resolve()
+    params_path = repo / "params.yaml"
+    run = load_params(params_path).get("run") or {}
+    if cron is None and interval is None:
+        cron, interval = run.get("serve_cron"), run.get("serve_interval_minutes")
+    if (cron is None) == (interval is None):
+        raise ParamsError(
+            f"{params_path}: give the schedule as a cron line or an interval in minutes, not "
+            "both or neither (--cron / --interval, or run.serve_cron / "
+            "run.serve_interval_minutes)"
+        )
+    if interval is not None and not interval > 0:
+        raise ParamsError(f"{params_path}: the interval must be > 0 minutes (got {interval})")
+    more = more if more is not None else run.get("serve_generations", 1)
+    if isinstance(more, bool) or not isinstance(more, int) or more < 1:
+        raise ParamsError(f"{params_path}: run.serve_generations must be >= 1 (got {more!r})")
+    try:
+        return loop.to_deployment(
+            name=f"tengen-{repo.name}",
+            cron=cron,
+            interval=timedelta(minutes=interval) if interval is not None else None,
+            parameters={"repo": str(repo), "more": more},
+            concurrency_limit=ConcurrencyLimitConfig(
+                limit=1, collision_strategy=ConcurrencyLimitStrategy.ENQUEUE
+            ),
+            description=f"tengen: {more} more generation(s) of the run in {repo} each time",
+            tags=["tengen"],
+        )
+    except ValueError as e:  # a cron line Prefect cannot parse
+        raise ParamsError(f"{params_path}: bad schedule: {e}") from None

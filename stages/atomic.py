@@ -5,6 +5,7 @@ written (and the previous output stays until the new one is complete)."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -60,3 +61,12 @@ def write_text(text: str, path: str | os.PathLike) -> Path:
 
 def write_json(data, path: str | os.PathLike) -> Path:
     return write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", path)
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    """The file's SHA-256, read in blocks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()

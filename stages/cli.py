@@ -12,6 +12,7 @@ from pathlib import Path
 
 from nets.checkpoint import CheckpointError
 from stages.params import DEFAULT_PATH, ParamsError
+from stages.tracking import StageRun, stage_run
 
 
 class InputError(ValueError):
@@ -27,10 +28,16 @@ def parser(stage: str, doc: str | None) -> argparse.ArgumentParser:
     return p
 
 
-def finish(stage: str, work: Callable[[], dict]) -> int:
-    """Run the stage; print its metrics as JSON, or its error (exit status 2)."""
+def finish(
+    stage: str, work: Callable[[StageRun | None], dict], *, params: Path, generation: int
+) -> int:
+    """Run the stage inside its MLflow run (None when tracking is off), log its metrics
+    there, and print them as JSON; or print its error (exit status 2)."""
     try:
-        metrics = work()
+        with stage_run(params, stage, generation) as run:
+            metrics = work(run)
+            if run is not None:
+                run.log_metrics(metrics)
     except (ParamsError, InputError, CheckpointError) as e:
         print(f"{stage}: error: {e}", file=sys.stderr)
         return 2

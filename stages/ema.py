@@ -31,7 +31,7 @@ from stages import cli
 from stages.atomic import output_dir
 from stages.cli import InputError
 from stages.params import Section, device_of, load_params, section
-from stages.train import TrainParams, batches, check_window, window_files
+from stages.train import TrainParams, batches, check_window, window_files, window_lineage
 
 STATE_FORMAT = "tengen-ema-state-1"
 
@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     n = args.generation
 
-    def work():
+    def work(tracked):
         raw = load_params(args.params)
         params = section(raw, "ema", EmaParams, source=args.params)
         tensor = section(raw, "train", TrainParams, source=args.params).tensor
@@ -203,9 +203,48 @@ def main(argv: list[str] | None = None) -> int:
             previous=previous,
             device=device_of(raw, args.params),
         )
-        return run(params, io, tensor=tensor)
+        metrics = run(params, io, tensor=tensor)
+        if tracked is not None:
+            track(tracked, io)
+        return metrics
 
-    return cli.finish("ema", work)
+    return cli.finish("ema", work, params=args.params, generation=n)
+
+
+def track(tracked, io: EmaIO) -> None:
+    """The candidate as an MLflow model, registered, with alias `candidate`; its version's
+    tags give its checkpoint's digest and the window (and so the games) it learned from."""
+    import mlflow
+
+    from stages.tracking import model_digest
+
+    path = io.out / "candidate.pt"
+    model, meta = load(path)
+    lineage = window_lineage(tracked.tracker, io.window)
+    _, manifest = window_files(io.window, stage="ema")
+    tracked.log_window(io.window, manifest, context="training")
+    digest = model_digest(path)
+    info = mlflow.pytorch.log_model(
+        model,
+        name="candidate",
+        registered_model_name=tracked.tracker.model_name,
+        serialization_format="pickle",  # GoNet from tengen's nets; the checkpoint rides along
+        pip_requirements=[f"torch=={torch.__version__.split('+')[0]}", "numpy"],
+        extra_files=[str(path)],
+    )
+    version = str(info.registered_model_version)
+    tags = {
+        "tengen.sha256": digest,
+        "tengen.model_id": meta.get("model_id", ""),
+        "tengen.generation": str(io.generation),
+        "tengen.net": model.config.name,
+        **lineage,
+    }
+    client, name = tracked.client, tracked.tracker.model_name
+    for key, value in tags.items():
+        client.set_model_version_tag(name, version, key, value)
+    client.set_registered_model_alias(name, "candidate", version)
+    tracked.tag({**lineage, "tengen.candidate_sha256": digest, "tengen.model_version": version})
 
 
 if __name__ == "__main__":

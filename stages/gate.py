@@ -31,13 +31,14 @@ from stages.cli import InputError
 from stages.params import Section, device_of, load_params, section
 from stages.promote import previous_champion
 from stages.selfplay import SearchSection, load_net
+from stages.tracking import model_digest
 
 
 class GateParams(Section):
     """params.yaml `gate:`."""
 
     games: int = Field(ge=1)
-    win_fraction: float = Field(gt=0, le=1)
+    win_fraction: float = Field(ge=0, le=1)  # 0: no gating, every candidate promoted
     early_stop: bool
     slots: int = Field(ge=1)
     visits: int = Field(ge=2)
@@ -166,14 +167,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--decision", type=Path, default=None, help="reports/gate/gen-N.json")
     args = p.parse_args(argv)
 
-    def work():
+    def work(tracked):
         params, io = prepare(
             args.params, args.generation, candidate=args.candidate, champion=args.champion,
             out=args.out, decision=args.decision,
         )  # fmt: skip
-        return run(params, io)
+        decision = run(params, io)
+        if tracked is not None:
+            track(tracked, io)
+        return decision
 
-    return cli.finish("gate", work)
+    return cli.finish("gate", work, params=args.params, generation=args.generation)
+
+
+def track(tracked, io: GateIO) -> None:
+    """Which models played (checkpoint digests), the decision and the games."""
+    tracked.tag(
+        {
+            "tengen.candidate_sha256": model_digest(io.candidate),
+            "tengen.champion_sha256": model_digest(io.champion),
+        }
+    )
+    tracked.log_artifact(io.decision)
+    tracked.log_artifact(io.out, "games")
 
 
 if __name__ == "__main__":

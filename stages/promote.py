@@ -24,6 +24,7 @@ from nets.checkpoint import load
 from stages import cli
 from stages.atomic import output_dir, write_json
 from stages.cli import InputError
+from stages.tracking import model_digest
 
 CHAMPION = "champion.pt"
 PROMOTION = "promotion.json"
@@ -121,18 +122,43 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     n = args.generation
 
-    def work():
-        return run(
-            PromoteIO(
-                generation=n,
-                candidate=args.candidate or Path(f"models/gen-{n}/ema/candidate.pt"),
-                decision=args.decision or Path(f"reports/gate/gen-{n}.json"),
-                out=args.out or Path(f"models/gen-{n}/champion"),
-                previous=args.previous or (Path(f"models/gen-{n - 1}/champion") if n else None),
-            )
+    def work(tracked):
+        io = PromoteIO(
+            generation=n,
+            candidate=args.candidate or Path(f"models/gen-{n}/ema/candidate.pt"),
+            decision=args.decision or Path(f"reports/gate/gen-{n}.json"),
+            out=args.out or Path(f"models/gen-{n}/champion"),
+            previous=args.previous or (Path(f"models/gen-{n - 1}/champion") if n else None),
         )
+        metrics = run(io)
+        if tracked is not None:
+            track(tracked, io, metrics)
+        return metrics
 
-    return cli.finish("promote", work)
+    return cli.finish("promote", work, params=args.params, generation=n)
+
+
+def track(tracked, io: PromoteIO, metrics: dict) -> None:
+    """A promoted candidate's registered version gets the alias `champion`."""
+    tracked.log_artifact(io.out / PROMOTION)
+    path = champion_path(io.out)
+    if path is None:
+        return
+    digest = model_digest(path)
+    tracked.tag({"tengen.champion_sha256": digest})
+    if not metrics["promoted"]:
+        return
+    versions = tracked.tracker.model_versions(**{"tengen.sha256": digest})
+    if not versions:
+        raise InputError(
+            f"promote: no registered model version of {tracked.tracker.model_name} has "
+            f"the digest of {io.candidate}; rerun the ema stage with MLflow tracking on"
+        )
+    version = versions[0].version
+    client, name = tracked.client, tracked.tracker.model_name
+    client.set_registered_model_alias(name, "champion", version)
+    client.set_model_version_tag(name, version, "tengen.promoted_generation", str(io.generation))
+    tracked.tag({"tengen.model_version": version})
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ from gocore.selfplay import (
     UniformNet,
 )
 from gocore.sgf import GameRecord, save_sgf
-from stages import cli
+from stages import cli, tracking
 from stages.atomic import output_dir, write_json
 from stages.params import ParamsError, Section, device_of, load_params, section
 from stages.promote import previous_champion
@@ -371,14 +371,30 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quiet", action="store_true")
     args = p.parse_args(argv)
 
-    def work():
+    def work(tracked):
         params, io = prepare(
             args.params, args.generation, model=args.model, out=args.out,
             metrics=args.metrics, games=args.games,
         )  # fmt: skip
-        return run(params, io, progress=not args.quiet)
+        metrics = run(params, io, progress=not args.quiet)
+        if tracked is not None:
+            track(tracked, io, metrics)
+        return metrics
 
-    return cli.finish("selfplay", work)
+    return cli.finish("selfplay", work, params=args.params, generation=args.generation)
+
+
+def track(tracked, io: SelfPlayIO, metrics: dict) -> None:
+    """Lineage: the model that played (its checkpoint's digest) and the data it made."""
+    tracked.tag(
+        {
+            "tengen.model_sha256": tracking.model_digest(io.model),
+            "tengen.model_id": metrics.get("model_id"),
+            "tengen.data_sha256": tracking.data_digest(io.out),
+            "tengen.data": str(io.out),
+        }
+    )
+    tracked.log_artifact(io.metrics)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import math
 import sys
 from pathlib import Path
@@ -32,8 +33,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import Field
 
-from stages import cli
-from stages.atomic import output_dir, write_json
+from stages import cli, tracking
+from stages.atomic import output_dir, sha256_file, write_json
 from stages.cli import InputError
 from stages.params import Section, load_params, section
 from stages.rows import SCHEMA, ShardError, list_shards, read_shard
@@ -87,14 +88,6 @@ def _sources(io: ShuffleIO) -> list[tuple[int, Path, int]]:
                 raise InputError(f"shuffle: shard {shard} does not have the rows schema")
             sources.append((gen, shard, meta.num_rows))
     return sources
-
-
-def _digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def run(params: ShuffleParams, io: ShuffleIO) -> dict:
@@ -175,7 +168,7 @@ def _shuffle_buckets(files: int, rng, tmp: Path) -> list[dict]:
         path = tmp / f"part-{k}.parquet"
         pq.write_table(table, path, compression="zstd")
         bucket.unlink(missing_ok=True)
-        written.append({"name": path.name, "rows": table.num_rows, "sha256": _digest(path)})
+        written.append({"name": path.name, "rows": table.num_rows, "sha256": sha256_file(path)})
     return written
 
 
@@ -185,12 +178,44 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args(argv)
 
-    def work():
+    def work(tracked):
         params = section(load_params(args.params), "shuffle", ShuffleParams, source=args.params)
         out = args.out or Path(f"data/windows/gen-{args.generation}")
-        return run(params, ShuffleIO(args.generation, args.selfplay, out))
+        io = ShuffleIO(args.generation, args.selfplay, out)
+        metrics = run(params, io)
+        if tracked is not None:
+            track(tracked, io)
+        return metrics
 
-    return cli.finish("shuffle", work)
+    return cli.finish("shuffle", work, params=args.params, generation=args.generation)
+
+
+def track(tracked, io: ShuffleIO) -> None:
+    """Lineage: the window's digest and the self-play runs whose rows it holds (found by
+    their data's digest, so a generation DVC did not rerun is still found)."""
+    manifest = json.loads((io.out / "manifest.json").read_text())
+    generations = {source["generation"] for source in manifest["sources"]}
+    runs = selfplay_runs(tracked.tracker, io.selfplay, generations)
+    tracked.tag(
+        {"tengen.window_sha256": manifest["digest"], "tengen.selfplay_runs": ",".join(runs)}
+    )
+    tracked.log_window(io.out, manifest, context="shuffle")
+    tracked.log_artifact(io.out / "manifest.json")
+
+
+def selfplay_runs(tracker, folder: Path, generations) -> list[str]:
+    """The newest self-play run that made each generation's data, oldest generation first."""
+    found = []
+    for gen in sorted(generations):
+        digest = tracking.data_digest(folder / f"gen-{gen}")
+        runs = tracker.runs(
+            f"tags.`tengen.stage` = 'selfplay' and tags.`tengen.data_sha256` = '{digest}'"
+            " and attributes.status = 'FINISHED'",
+            max_results=1,
+        )
+        if runs:
+            found.append(runs[0].info.run_id)
+    return found
 
 
 if __name__ == "__main__":

@@ -291,15 +291,47 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--previous", type=Path, default=None, help="models/gen-(N-1)/train")
     args = p.parse_args(argv)
 
-    def work():
+    def work(tracked):
         params, weights, io = prepare(
             args.params, args.generation, window=args.window, out=args.out,
             metrics=args.metrics, previous=args.previous,
         )  # fmt: skip
         metrics = run(params, weights, io)
+        if tracked is not None:
+            track(tracked, io, metrics)
         return {k: v for k, v in metrics.items() if k != "snapshots"}
 
-    return cli.finish("train", work)
+    return cli.finish("train", work, params=args.params, generation=args.generation)
+
+
+def window_lineage(tracker, window: Path) -> dict[str, str]:
+    """The tags that tie a model to its window: the window's digest, the shuffle run that
+    made it and the self-play runs it draws from (looked up by the window's digest)."""
+    _, manifest = window_files(window)
+    digest = manifest.get("digest", "")
+    tags = {"tengen.window_sha256": digest}
+    runs = tracker.runs(
+        f"tags.`tengen.stage` = 'shuffle' and tags.`tengen.window_sha256` = '{digest}'"
+        " and attributes.status = 'FINISHED'",
+        max_results=1,
+    )
+    if runs:
+        tags["tengen.shuffle_run"] = runs[0].info.run_id
+        tags["tengen.selfplay_runs"] = runs[0].data.tags.get("tengen.selfplay_runs", "")
+    return tags
+
+
+def track(tracked, io: TrainIO, metrics: dict) -> None:
+    """The window as the run's input dataset, its lineage as tags, each snapshot's losses
+    as a step (samples seen)."""
+    _, manifest = window_files(io.window)
+    tracked.log_window(io.window, manifest, context="training")
+    tracked.tag(window_lineage(tracked.tracker, io.window))
+    for snap in metrics["snapshots"]:
+        tracked.log_metrics(
+            {f"snapshot.{k}": v for k, v in snap.items() if k not in ("snapshot", "samples")},
+            step=snap["samples"],
+        )
 
 
 if __name__ == "__main__":

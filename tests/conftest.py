@@ -167,8 +167,9 @@ def run_in(repo: Path, *cmd: str, check: bool = True) -> str:
     return result.stdout
 
 
-def make_run_repo(repo: Path, *, code_deps: bool) -> Path:
-    """A git repository with DVC holding a tiny two-generation run (5x5 boards, b2c16)."""
+def make_run_repo(repo: Path, *, code_deps: bool, win_fraction: float = 0.5) -> Path:
+    """A git repository with DVC holding a tiny two-generation run (5x5 boards, b2c16);
+    win_fraction 0 promotes every candidate."""
     import yaml
 
     from flows import pipeline
@@ -185,7 +186,9 @@ def make_run_repo(repo: Path, *, code_deps: bool) -> Path:
     params["train"].update(net="b2c16", tensor=5, batch_size=16, samples_per_generation=64,
                            warmup_samples=0, threads=1)  # fmt: skip
     params["ema"].update(bn_batches=1, bn_batch_size=16)
-    params["gate"].update(games=2, slots=2, visits=4, board_size=5, komi=0.5)
+    params["gate"].update(
+        games=2, slots=2, visits=4, board_size=5, komi=0.5, win_fraction=win_fraction
+    )
     (repo / "params.yaml").write_text(yaml.safe_dump(params))
     pipeline.write_dvc_yaml(repo / "params.yaml", repo / "dvc.yaml", code_deps=code_deps)
     run_in(repo, "git", "init", "-q")

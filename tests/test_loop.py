@@ -18,7 +18,7 @@ from tests.conftest import make_run_repo, run_in
 
 @pytest.mark.slow
 def test_the_loop_runs_through_dvc_and_resumes(tmp_path, prefect_api):
-    repo = make_run_repo(tmp_path / "run", code_deps=False)
+    repo = make_run_repo(tmp_path / "run", code_deps=False, win_fraction=0.0)
     # Killed while generation 0 shuffles (its window written, DVC not yet told): the stages
     # before it are done and stay done.
     from prefect.settings import PREFECT_API_URL
@@ -50,6 +50,74 @@ def test_the_loop_runs_through_dvc_and_resumes(tmp_path, prefect_api):
     # Everything is in DVC's cache and up to date; a second loop runs nothing.
     assert "up to date" in run_in(repo, "dvc", "status")
     assert not any(r["ran"] for r in loop(str(repo)))
+    check_mlflow(repo, ran)
+
+
+def check_mlflow(repo, ran: set[str]) -> None:
+    """The MLflow record of the killed and resumed loops: one parent run per loop (the
+    killed one marked KILLED), a nested run per stage that ran, and a champion whose
+    lineage leads, through the API alone, back to generation 0's uniform self-play."""
+    import mlflow
+    import torch
+    from mlflow import MlflowClient
+
+    from nets.checkpoint import load
+
+    client = MlflowClient(f"sqlite:///{repo}/mlflow.db")
+    exp = client.get_experiment_by_name("tengen")
+    runs = client.search_runs([exp.experiment_id], max_results=500)
+    loops = [r for r in runs if r.data.tags.get("tengen.launcher") == "tengen run"]
+    assert sorted(r.info.status for r in loops) == ["FINISHED", "FINISHED", "KILLED"]
+    assert all(r.info.status != "RUNNING" for r in runs)
+    resumed = min(
+        (r for r in loops if r.info.status == "FINISHED"), key=lambda r: r.info.start_time
+    )
+    nested = {
+        r.info.run_name: r
+        for r in runs
+        if r.data.tags.get("mlflow.parentRunId") == resumed.info.run_id
+    }
+    assert set(nested) == ran
+    assert all(r.info.status == "FINISHED" for r in nested.values())
+    train = nested["train-1"]
+    assert "loss.total" in train.data.metrics and "train.lr_per_sample" in train.data.params
+    history = client.get_metric_history(resumed.info.run_id, "gate_win_rate")
+    assert sorted(m.step for m in history) == [0, 1]
+
+    # The champion: generation 1's candidate (gating is off), the same weights as its file.
+    champion = client.get_model_version_by_alias("tengen", "champion")
+    assert client.get_model_version_by_alias("tengen", "candidate").version == champion.version
+    assert champion.tags["tengen.generation"] == "1"
+    mlflow.set_tracking_uri(f"sqlite:///{repo}/mlflow.db")
+    try:
+        net = mlflow.pytorch.load_model("models:/tengen@champion")
+    finally:
+        mlflow.set_tracking_uri(None)
+    saved, _ = load(repo / "models/gen-1/champion/champion.pt")
+    for name, value in saved.state_dict().items():
+        assert torch.equal(net.state_dict()[name], value), name
+
+    # Its lineage: model -> the run that made it -> its window -> the self-play runs whose
+    # rows the window holds -> the model that played them -> ... -> uniform priors.
+    chain, version = [], champion
+    while True:
+        gen = int(version.tags["tengen.generation"])
+        made_by = client.get_run(version.run_id)
+        assert made_by.data.tags["tengen.stage"] == "ema"
+        [window] = made_by.inputs.dataset_inputs
+        assert window.dataset.name == f"window-gen-{gen}"
+        assert window.dataset.digest == version.tags["tengen.window_sha256"][:36]
+        games = [client.get_run(r) for r in version.tags["tengen.selfplay_runs"].split(",")]
+        by_gen = {int(r.data.tags["tengen.generation"]): r for r in games}
+        assert sorted(by_gen) == list(range(gen + 1))  # the window spans every generation
+        player = by_gen[gen].data.tags["tengen.model_sha256"]
+        chain.append(gen)
+        if player == "uniform":
+            break
+        [version] = client.search_model_versions(
+            f"name = 'tengen' and tags.`tengen.sha256` = '{player}'"
+        )
+    assert chain == [1, 0]
 
 
 def test_killed_stages_are_retried_and_failed_ones_are_not():

@@ -57,6 +57,23 @@ def test_dvc_repro_runs_the_run_then_nothing_then_only_what_changed(tmp_path):
     promotion = json.loads((repo / "models/gen-1/champion/promotion.json").read_text())
     assert promotion["generation"] == 1
     assert json.loads((repo / "reports/gate/gen-1.json").read_text())["games"] >= 1
+    # The stages logged themselves to MLflow, as under the loop: one parent run for the
+    # workspace's `dvc repro`, a run per stage, the candidates registered.
+    from mlflow import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{repo}/mlflow.db")
+    runs = client.search_runs([client.get_experiment_by_name("tengen").experiment_id])
+    [parent] = [r for r in runs if r.data.tags.get("tengen.launcher") == "dvc"]
+    nested = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    assert sorted(r.info.run_name for r in nested) == sorted(
+        f"{s}-{n}"
+        for n in (0, 1)
+        for s in ("selfplay", "shuffle", "train", "ema", "gate", "promote")
+    )
+    assert {r.info.status for r in nested} == {"FINISHED"}
+    assert {r.data.tags["tengen.dvc_stage"] for r in nested} == {r.info.run_name for r in nested}
+    candidate = client.get_model_version_by_alias("tengen", "candidate")
+    assert candidate.tags["tengen.generation"] == "1"
     # Nothing changed: nothing runs, and DVC says the pipeline is up to date.
     again = sh("dvc", "repro")
     assert "Running stage" not in again

@@ -1,0 +1,369 @@
+"""MLflow tracking: every stage run is an MLflow run, logged by the stage itself, so that
+`dvc repro` and `tengen run` leave the same record.
+
+- The store: params.yaml `mlflow.tracking_uri` (default `sqlite:///mlflow.db`, a relative
+  path taken from the DVC root, so `dvc exp run --temp` logs to the workspace's store) or
+  the MLFLOW_TRACKING_URI environment variable (a tracking server, on a cluster). Artifacts
+  of a SQLite store go to `mlartifacts/` beside it.
+- One parent run per loop: `tengen run` makes one and hands its id to the stages through
+  TENGEN_MLFLOW_PARENT; without it (`dvc repro`, `dvc exp run`, a stage by hand) the stages
+  share one parent per workspace and experiment name, found by its tag.
+- One nested run per stage per generation, named `<stage>-<N>`, with its params.yaml
+  sections as params, its metrics, and tags that give its lineage by content: a self-play
+  run's model and data digests, a window's digest and the self-play runs it draws from, a
+  candidate's checkpoint digest. A stage skipped by DVC (up to date) logs nothing new; its
+  older run is still found by those digests.
+- Candidates are logged as models and registered (`mlflow.registered_model`, with the DVC
+  experiment's name appended under `dvc exp run`), with aliases `candidate` (the newest) and
+  `champion` (set by promote).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import socket
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from stages.atomic import sha256_file
+from stages.params import Section, load_params, section
+
+ENV_PARENT = "TENGEN_MLFLOW_PARENT"
+UNIFORM = "uniform"
+
+# The params.yaml sections each stage reads (logged as the run's params; dvc.yaml's params
+# are the same sections).
+SECTIONS = {
+    "selfplay": ("selfplay", "device"),
+    "shuffle": ("shuffle",),
+    "train": ("train", "loss", "device"),
+    "ema": ("ema", "device"),
+    "gate": ("gate", "device"),
+    "promote": (),
+}
+
+
+class MlflowParams(Section):
+    """params.yaml `mlflow:`."""
+
+    enabled: bool
+    tracking_uri: str
+    experiment: str
+    registered_model: str
+
+
+def settings(raw: dict, source: str | Path) -> MlflowParams | None:
+    """The `mlflow:` section, or None when tracking is off (`enabled: false`)."""
+    params = section(raw, "mlflow", MlflowParams, source=source)
+    return params if params.enabled else None
+
+
+def root() -> Path:
+    """The workspace the relative store path is taken from: DVC's root for a stage that DVC
+    runs (the parent repository for a queued `dvc exp run`), else the working folder."""
+    return Path(os.environ.get("DVC_ROOT") or ".").resolve()
+
+
+def store_uri(params: MlflowParams, base: Path) -> str:
+    uri = os.environ.get("MLFLOW_TRACKING_URI") or params.tracking_uri
+    prefix = "sqlite:///"
+    if uri.startswith(prefix) and not uri.startswith(prefix + "/"):
+        uri = prefix + str(base / uri[len(prefix) :])
+    return uri
+
+
+def _artifact_location(uri: str) -> str | None:
+    prefix = "sqlite:///"
+    if uri.startswith(prefix):
+        return (Path(uri[len(prefix) :]).parent / "mlartifacts").as_uri()
+    return None
+
+
+def registered_model_name(params: MlflowParams) -> str:
+    """`mlflow.registered_model`, plus `-<name>` inside a DVC experiment, so that an
+    ablation's aliases never move the main run's champion."""
+    exp = os.environ.get("DVC_EXP_NAME")
+    return f"{params.registered_model}-{exp}" if exp else params.registered_model
+
+
+class Tracker:
+    """An MLflow store and experiment, opened for one workspace."""
+
+    def __init__(self, params: MlflowParams, base: Path):
+        # MLflow's usage telemetry is off unless asked for (a training run should not phone
+        # home); MLFLOW_DISABLE_TELEMETRY=false turns it on.
+        os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+        import mlflow
+
+        self.params = params
+        self.base = base
+        self.uri = store_uri(params, base)
+        self.client = mlflow.MlflowClient(self.uri)
+        self.model_name = registered_model_name(params)
+        exp = self.client.get_experiment_by_name(params.experiment)
+        if exp is None:
+            try:
+                self.experiment_id = self.client.create_experiment(
+                    params.experiment, artifact_location=_artifact_location(self.uri)
+                )
+            except mlflow.exceptions.MlflowException:  # made by another process meanwhile
+                self.experiment_id = self.client.get_experiment_by_name(
+                    params.experiment
+                ).experiment_id
+        else:
+            self.experiment_id = exp.experiment_id
+
+    @property
+    def workspace_tags(self) -> dict[str, str]:
+        """Where and by which process a run is made (to close it if that process dies)."""
+        return {
+            "tengen.workspace": str(self.base),
+            "tengen.workspace_key": hashlib.sha256(str(self.base).encode()).hexdigest()[:16],
+            "tengen.host": socket.gethostname(),
+            "tengen.pid": str(os.getpid()),
+        }
+
+    def close_dead_runs(self) -> int:
+        """Mark KILLED the runs of this workspace still RUNNING whose process on this host
+        is gone (a loop or stage killed from outside). Returns how many."""
+        import psutil
+
+        tags = self.workspace_tags
+        closed = 0
+        for run in self.runs(
+            f"tags.`tengen.workspace_key` = '{tags['tengen.workspace_key']}'"
+            " and attributes.status = 'RUNNING'",
+            max_results=1000,
+        ):
+            run_tags = run.data.tags
+            if run_tags.get("tengen.host") != tags["tengen.host"]:
+                continue
+            pid = int(run_tags.get("tengen.pid", "0") or 0)
+            if pid == os.getpid() or (pid and psutil.pid_exists(pid)):
+                continue
+            self.client.set_terminated(run.info.run_id, "KILLED")
+            closed += 1
+        return closed
+
+    def runs(self, filter_string: str, max_results: int = 100) -> list:
+        return self.client.search_runs(
+            [self.experiment_id],
+            filter_string,
+            max_results=max_results,
+            order_by=["attributes.start_time DESC"],
+        )
+
+    def workspace_parent(self) -> str:
+        """The parent run of stages run outside a loop: one per workspace and DVC experiment,
+        found by its tag, made on first use."""
+        exp = os.environ.get("DVC_EXP_NAME")
+        label = f"dvc exp {exp}" if exp else "dvc repro"
+        key = hashlib.sha256(f"{label}\0{self.base}".encode()).hexdigest()[:16]
+        found = self.runs(f"tags.`tengen.loop` = '{key}'", max_results=1)
+        if found:
+            return found[0].info.run_id
+        run = self.client.create_run(
+            self.experiment_id,
+            run_name=f"{label} ({self.base.name})",
+            tags={
+                "tengen.loop": key,
+                "tengen.launcher": "dvc",
+                **self.workspace_tags,
+                **_git_tags(self.base),
+            },
+        )
+        self.client.set_terminated(run.info.run_id)
+        return run.info.run_id
+
+    def start_loop(self, name: str, tags: dict[str, str]) -> str:
+        key = hashlib.sha256(os.urandom(16)).hexdigest()[:16]
+        run = self.client.create_run(
+            self.experiment_id,
+            run_name=name,
+            tags={
+                "tengen.loop": key,
+                "tengen.launcher": "tengen run",
+                **self.workspace_tags,
+                **_git_tags(self.base),
+                **tags,
+            },
+        )
+        return run.info.run_id
+
+    def model_versions(self, **tags: str) -> list:
+        """Registered versions of this run's model with these tag values, newest first."""
+        where = " and ".join(f"tags.`{k}` = '{v}'" for k, v in tags.items())
+        found = self.client.search_model_versions(f"name = '{self.model_name}' and {where}")
+        return sorted(found, key=lambda v: int(v.version), reverse=True)
+
+
+def _git_tags(base: Path) -> dict[str, str]:
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=base, capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    return {"mlflow.source.git.commit": commit} if commit else {}
+
+
+def open_tracker(raw: dict, source: str | Path, base: Path | None = None) -> Tracker | None:
+    params = settings(raw, source)
+    return Tracker(params, base or root()) if params is not None else None
+
+
+def flatten(data: dict, prefix: str = "") -> dict[str, Any]:
+    """{"a": {"b": 1}} -> {"a.b": 1}."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flatten(value, name + "."))
+        else:
+            out[name] = value
+    return out
+
+
+def numeric(data: dict) -> dict[str, float]:
+    """The numbers of a (nested) metrics dict, flattened; booleans as 0/1."""
+    return {
+        k: float(v)
+        for k, v in flatten(data).items()
+        if isinstance(v, int | float) and not (isinstance(v, float) and v != v)
+    }
+
+
+class StageRun:
+    """One stage's MLflow run (the active fluent run while the stage works)."""
+
+    def __init__(self, tracker: Tracker, run_id: str):
+        self.tracker = tracker
+        self.run_id = run_id
+
+    @property
+    def client(self):
+        return self.tracker.client
+
+    def log_metrics(self, metrics: dict, step: int = 0) -> None:
+        import mlflow
+
+        values = numeric(metrics)
+        if values:
+            mlflow.log_metrics(values, step=step)
+
+    def tag(self, tags: dict[str, Any]) -> None:
+        import mlflow
+
+        mlflow.set_tags({k: str(v) for k, v in tags.items()})
+
+    def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
+        import mlflow
+
+        path = Path(path)
+        if path.is_dir():
+            mlflow.log_artifacts(str(path), artifact_path)
+        elif path.is_file():
+            mlflow.log_artifact(str(path), artifact_path)
+
+    def log_window(self, window: Path, manifest: dict, context: str) -> None:
+        """The window as this run's input dataset: its files' digest, rows and source."""
+        import mlflow
+        from mlflow.data.dataset_source_registry import resolve_dataset_source
+        from mlflow.data.meta_dataset import MetaDataset
+
+        source = resolve_dataset_source(window.resolve().as_uri())
+        dataset = MetaDataset(
+            source=source,
+            name=f"window-gen-{manifest.get('generation')}",
+            digest=str(manifest.get("digest", ""))[:36],
+        )
+        mlflow.log_input(
+            dataset,
+            context=context,
+            tags={
+                "rows": str(manifest.get("window_rows")),
+                "total_rows": str(manifest.get("total_rows")),
+                "sha256": str(manifest.get("digest")),
+            },
+        )
+
+
+@contextlib.contextmanager
+def _fluent_uri(uri: str) -> Iterator[None]:
+    """MLflow's fluent API on `uri` for the block. mlflow.set_tracking_uri also exports
+    MLFLOW_TRACKING_URI to child processes, so both are put back afterwards: a later
+    stage or loop in this process must not log to this workspace's store."""
+    import mlflow
+
+    before_env = os.environ.get("MLFLOW_TRACKING_URI")
+    before = mlflow.get_tracking_uri() if before_env else None
+    mlflow.set_tracking_uri(uri)
+    try:
+        yield
+    finally:
+        if before_env is not None:
+            mlflow.set_tracking_uri(before)
+            os.environ["MLFLOW_TRACKING_URI"] = before_env
+        else:
+            mlflow.set_tracking_uri(None)  # back to MLflow's default, and unexported
+            os.environ.pop("MLFLOW_TRACKING_URI", None)
+
+
+@contextlib.contextmanager
+def stage_run(params_path: str | Path, stage: str, generation: int) -> Iterator[StageRun | None]:
+    """The stage's MLflow run (None when tracking is off): FINISHED when the block ends,
+    FAILED when it raises."""
+    raw = load_params(params_path)
+    tracker = open_tracker(raw, params_path)
+    if tracker is None:
+        yield None
+        return
+    import mlflow
+
+    parent = os.environ.get(ENV_PARENT) or tracker.workspace_parent()
+    params = {}
+    for name in SECTIONS[stage]:
+        value = raw.get(name)
+        params.update(flatten(value, f"{name}.") if isinstance(value, dict) else {name: value})
+    tracker.close_dead_runs()
+    tags = {
+        "tengen.stage": stage,
+        "tengen.generation": str(generation),
+        **tracker.workspace_tags,
+        **_git_tags(tracker.base),
+    }
+    if os.environ.get("DVC_STAGE"):
+        tags["tengen.dvc_stage"] = os.environ["DVC_STAGE"]
+    if os.environ.get("DVC_EXP_NAME"):
+        tags["tengen.dvc_exp"] = os.environ["DVC_EXP_NAME"]
+    with (
+        _fluent_uri(tracker.uri),
+        mlflow.start_run(
+            experiment_id=tracker.experiment_id,
+            run_name=f"{stage}-{generation}",
+            parent_run_id=parent,
+            tags=tags,
+        ) as run,
+    ):
+        if params:
+            mlflow.log_params({k: json.dumps(v) if isinstance(v, dict | list) else v
+                               for k, v in params.items()})  # fmt: skip
+        yield StageRun(tracker, run.info.run_id)
+
+
+def data_digest(folder: Path) -> str:
+    """A self-play generation's identity: the SHA-256 of its shards' names and digests."""
+    h = hashlib.sha256()
+    for shard in sorted(Path(folder).glob("part-*.parquet")):
+        h.update(f"{shard.name}\0{sha256_file(shard)}\n".encode())
+    return h.hexdigest()
+
+
+def model_digest(model: Path | None) -> str:
+    """A model's identity: its checkpoint's SHA-256 ("uniform" for uniform priors)."""
+    return sha256_file(model) if model is not None else UNIFORM

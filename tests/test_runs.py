@@ -1,0 +1,125 @@
+"""Run folders and the scheduled loop: presets on top of params.yaml, run.generations set in
+place, and `tengen serve`'s deployment actually running a generation on its schedule."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from flows import runs
+from flows.loop import deployment
+from stages.params import ParamsError, load_params
+from tests.conftest import REPO, make_run_repo, run_in
+
+
+def test_a_preset_changes_only_what_it_names():
+    base = load_params(REPO / "params.yaml")
+    merged = runs.merge(base, {"train": {"net": "b6c96"}, "run": {"generations": 30}})
+    assert merged["train"]["net"] == "b6c96" and merged["run"]["generations"] == 30
+    assert merged["train"]["batch_size"] == base["train"]["batch_size"]
+    assert merged["selfplay"] == base["selfplay"]
+    with pytest.raises(ParamsError, match="train.nett is not a params.yaml key"):
+        runs.merge(base, {"train": {"nett": "b6c96"}})
+    # Every shipped preset applies to the shipped params.yaml.
+    assert "long" in runs.presets()
+    for name in runs.presets():
+        text = runs.preset_params(name, REPO / "params.yaml")
+        assert yaml.safe_load(text)["selfplay"]["games"] >= 1
+    with pytest.raises(ParamsError, match="no preset 'huge'"):
+        runs.preset_params("huge", REPO / "params.yaml")
+
+
+def test_a_run_folder_from_a_preset(tmp_path):
+    folder = runs.create_run(tmp_path / "long", "long")
+    params = load_params(folder / "params.yaml")
+    assert params["train"]["net"] == "b6c96" and params["run"]["generations"] == 30
+    dvc = yaml.safe_load((folder / "dvc.yaml").read_text())
+    assert "promote-29" in dvc["stages"] and "gocore" not in str(dvc["stages"]["selfplay-0"])
+    assert (folder / ".dvc").is_dir()
+    assert run_in(folder, "git", "status", "--porcelain").strip() == ""
+
+
+def test_set_generations_keeps_the_file(tmp_path):
+    path = tmp_path / "params.yaml"
+    path.write_text((REPO / "params.yaml").read_text())
+    runs.set_generations(path, 7)
+    before = (REPO / "params.yaml").read_text().splitlines()
+    after = path.read_text().splitlines()
+    changed = [(a, b) for a, b in zip(before, after, strict=True) if a != b]
+    assert len(changed) == 1 and changed[0][1].strip() == "generations: 7"
+    assert load_params(path)["run"]["generations"] == 7
+    with pytest.raises(ParamsError, match=">= 1"):
+        runs.set_generations(path, 0)
+    path.write_text("train: {net: b2c16}\n")
+    with pytest.raises(ParamsError, match="no `run:` section"):
+        runs.set_generations(path, 3)
+
+
+def test_completed_generations_counts_promotions(tmp_path):
+    assert runs.completed_generations(tmp_path) == 0
+    for n in (0, 1, 3):
+        (tmp_path / f"models/gen-{n}/champion").mkdir(parents=True)
+        (tmp_path / f"models/gen-{n}/champion/promotion.json").write_text("{}")
+    assert runs.completed_generations(tmp_path) == 2
+
+
+def test_the_schedule_comes_from_the_command_line_or_params(tmp_path):
+    (tmp_path / "params.yaml").write_text((REPO / "params.yaml").read_text())
+    dep = deployment(tmp_path)  # params.yaml: every 60 minutes, one generation each
+    assert dep.parameters == {"repo": str(tmp_path.resolve()), "more": 1}
+    [schedule] = dep.schedules
+    assert schedule.schedule.interval.total_seconds() == 3600
+    assert dep.concurrency_limit == 1
+    dep = deployment(tmp_path, cron="0 2 * * *", more=3)
+    assert dep.schedules[0].schedule.cron == "0 2 * * *" and dep.parameters["more"] == 3
+    with pytest.raises(ParamsError, match="not both or neither"):
+        deployment(tmp_path, cron="0 2 * * *", interval=5)
+    with pytest.raises(ParamsError, match="bad schedule"):
+        deployment(tmp_path, cron="every night")
+    with pytest.raises(ParamsError, match="> 0 minutes"):
+        deployment(tmp_path, interval=0)
+
+
+@pytest.mark.slow
+def test_tengen_serve_serves_the_loop(tmp_path, prefect_api):
+    """`tengen serve` registers the scheduled deployment and runs what comes due: a run of it
+    (made due now, rather than waiting for Prefect's scheduler) trains generation 0."""
+    from prefect.deployments import run_deployment
+    from prefect.settings import PREFECT_API_URL
+
+    repo = make_run_repo(tmp_path / "run", code_deps=False)
+    env = dict(os.environ, PREFECT_API_URL=PREFECT_API_URL.value())
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
+    server = subprocess.Popen(
+        [sys.executable, "-m", "flows.cli", "serve", "--repo", str(repo), "--cron", "0 2 * * *"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.time() + 120
+        while True:  # until the deployment is registered
+            assert server.poll() is None, server.stdout.read().decode()[-3000:]
+            try:
+                flow_run = run_deployment("tengen-loop/tengen-run", timeout=0)
+                break
+            except Exception:  # not registered yet
+                assert time.time() < deadline, "tengen serve did not register its deployment"
+                time.sleep(1)
+        assert flow_run.parameters == {"repo": str(repo.resolve()), "more": 1}
+        promoted = repo / "models/gen-0/champion/promotion.json"
+        deadline = time.time() + 600
+        while not promoted.exists() and time.time() < deadline:
+            assert server.poll() is None, server.stdout.read().decode()[-3000:]
+            time.sleep(1)
+    finally:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
+    assert promoted.exists(), "the served loop did not train generation 0"
+    # `more: 1` on a run with nothing promoted yet: one generation.
+    assert load_params(repo / "params.yaml")["run"]["generations"] == 1
