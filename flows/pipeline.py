@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 
 # The code each stage runs (besides what every stage shares).
-SHARED = ["stages/params.py", "stages/atomic.py", "stages/cli.py"]
+SHARED = ["stages/params.py", "stages/atomic.py", "stages/cli.py", "stages/tracking.py"]
 CODE = {
     "selfplay": ["gocore", "nets", "stages/selfplay.py", "stages/rows.py", "stages/promote.py"],
     "shuffle": ["stages/shuffle.py", "stages/rows.py", "gocore/features.py"],
@@ -86,18 +86,44 @@ def stages_of(n: int, code_deps: bool = True) -> dict[str, dict]:
         f"promote-{n}": {
             "cmd": f"python -m stages.promote --generation {n}",
             "deps": code("promote")
-            + [f"reports/gate/gen-{n}.json", f"models/gen-{n}/ema"]
-            + earlier("models/gen-{g}/champion"),
-            "outs": [f"models/gen-{n}/champion"],
+            + [
+                f"reports/gate/gen-{n}.json",
+                f"models/gen-{n}/ema",
+                f"reports/selfplay/gen-{n}.json",
+                f"reports/train/gen-{n}.json",
+            ]
+            + earlier("models/gen-{g}/champion")
+            + earlier("reports/history/gen-{g}.json"),
+            "outs": [
+                f"models/gen-{n}/champion",
+                {f"reports/history/gen-{n}.json": {"cache": False}},
+            ],
         },
     }
+
+
+# DVC's plots of a run: the columns of the last generation's history (one row per generation).
+PLOTS = {
+    "champion Elo (from the gate games; uniform priors = 0)": ["champion_elo"],
+    "gate win rate of the candidate": ["gate_win_rate"],
+    "window and self-play rows": ["window_rows", "selfplay_rows"],
+    "training losses": ["loss_total", "loss_policy", "loss_outcome", "loss_ownership"],
+}
+
+
+def plots(generations: int) -> list[dict]:
+    history = f"reports/history/gen-{generations - 1}.json"
+    return [
+        {title: {"x": "generation", "y": {history: columns}, "template": "linear"}}
+        for title, columns in PLOTS.items()
+    ]
 
 
 def pipeline(generations: int, code_deps: bool = True) -> dict:
     stages: dict[str, dict] = {}
     for n in range(generations):
         stages.update(stages_of(n, code_deps))
-    return {"stages": stages}
+    return {"stages": stages, "plots": plots(generations)}
 
 
 def generations_of(params: dict, source: str | Path) -> int:

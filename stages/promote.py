@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import shutil
 import sys
 from pathlib import Path
@@ -37,6 +38,10 @@ class PromoteIO:
     decision: Path  # reports/gate/gen-N.json
     out: Path  # models/gen-N/champion
     previous: Path | None = None  # models/gen-(N-1)/champion
+    # The run's history, one row per generation, for DVC's plots: reports/history/gen-N.json
+    # (None: not written), from reports/{selfplay,train}/gen-N.json and the row list before.
+    history: Path | None = None
+    reports: Path = Path("reports")
 
 
 def champion_path(folder: Path) -> Path | None:
@@ -75,6 +80,7 @@ def run(io: PromoteIO) -> dict:
     previous = {"champion": None, "line": []}
     if io.previous is not None:
         previous = _read_json(io.previous / PROMOTION, "promote stage of the previous generation's")
+    rows = history(io, decision, bool(decision["passed"])) if io.history is not None else None
     with output_dir(io.out) as tmp:
         if decision["passed"]:
             if not io.candidate.is_file():
@@ -106,11 +112,48 @@ def run(io: PromoteIO) -> dict:
             "line": line,
         }
         write_json(promotion, tmp / PROMOTION)
+    if rows is not None:
+        write_json(rows, io.history)
     return {
         "generation": io.generation,
         "promoted": promotion["promoted"],
         "champion": champion["id"] if champion else None,
     }
+
+
+def elo_gain(wins: float, games: int) -> float:
+    """The candidate's Elo over the champion from its gate score, (wins + 1/2) / (games + 1)
+    so that a clean sweep stays finite."""
+    p = (wins + 0.5) / (games + 1)
+    return 400.0 * math.log10(p / (1 - p))
+
+
+def history(io: PromoteIO, decision: dict, promoted: bool) -> list[dict]:
+    """The rows so far plus generation N's: self-play, window, losses, gate, and the
+    champion's Elo (uniform priors = 0, each promotion adding its candidate's gate Elo)."""
+    n = io.generation
+    rows = []
+    if n > 0:
+        rows = _read_json(io.reports / "history" / f"gen-{n - 1}.json", "promote")
+    selfplay = _read_json(io.reports / "selfplay" / f"gen-{n}.json", "selfplay")
+    train = _read_json(io.reports / "train" / f"gen-{n}.json", "train")
+    gain = elo_gain(decision["candidate_wins"], decision["games"])
+    before = rows[-1]["champion_elo"] if rows else 0.0
+    loss = train.get("loss", {})
+    row = {
+        "generation": n,
+        "selfplay_games": selfplay.get("games"),
+        "selfplay_rows": selfplay.get("rows"),
+        "window_rows": train.get("window_rows"),
+        "samples_total": train.get("samples_total"),
+        **{f"loss_{k}": v for k, v in loss.items()},
+        "gate_games": decision["games"],
+        "gate_win_rate": decision["win_rate"],
+        "promoted": int(promoted),
+        "elo_gain": round(gain, 1),
+        "champion_elo": round(before + gain if promoted else before, 1),
+    }
+    return [*rows, row]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -129,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
             decision=args.decision or Path(f"reports/gate/gen-{n}.json"),
             out=args.out or Path(f"models/gen-{n}/champion"),
             previous=args.previous or (Path(f"models/gen-{n - 1}/champion") if n else None),
+            history=Path(f"reports/history/gen-{n}.json"),
         )
         metrics = run(io)
         if tracked is not None:

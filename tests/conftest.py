@@ -190,6 +190,7 @@ def make_run_repo(repo: Path, *, code_deps: bool, win_fraction: float = 0.5) -> 
         games=2, slots=2, visits=4, board_size=5, komi=0.5, win_fraction=win_fraction
     )
     (repo / "params.yaml").write_text(yaml.safe_dump(params))
+    (repo / ".gitignore").write_text("mlflow.db\nmlartifacts/\n")
     pipeline.write_dvc_yaml(repo / "params.yaml", repo / "dvc.yaml", code_deps=code_deps)
     run_in(repo, "git", "init", "-q")
     run_in(repo, "git", "config", "user.email", "ci@tengen")

@@ -5,6 +5,7 @@ changed params key reruns only the stages that read it."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import yaml
@@ -29,7 +30,8 @@ def test_generations_unroll_with_their_links():
     # Every out is made by exactly one stage, and every data dep by an earlier one.
     made = {}
     for name, stage in stages.items():
-        for out in stage["outs"] + [next(iter(m)) for m in stage.get("metrics", [])]:
+        declared = stage["outs"] + stage.get("metrics", [])
+        for out in (o if isinstance(o, str) else next(iter(o)) for o in declared):
             assert out not in made, out
             made[out] = name
     order = list(stages)
@@ -37,6 +39,9 @@ def test_generations_unroll_with_their_links():
         for dep in stage["deps"]:
             if dep.startswith(("data/", "models/", "reports/")):
                 assert order.index(made[dep]) < order.index(name), (name, dep)
+    # The plots read the last generation's history, which promote-2 writes.
+    plotted = {f for plot in pipeline.pipeline(3)["plots"] for f in next(iter(plot.values()))["y"]}
+    assert plotted == {"reports/history/gen-2.json"} and made[plotted.pop()] == "promote-2"
     # The committed dvc.yaml is what params.yaml says.
     committed = yaml.safe_load((REPO / "dvc.yaml").read_text())
     count = pipeline.generations_of(load_params(REPO / "params.yaml"), "params.yaml")
@@ -79,8 +84,33 @@ def test_dvc_repro_runs_the_run_then_nothing_then_only_what_changed(tmp_path):
     assert "Running stage" not in again
     assert "up to date" in sh("dvc", "status")
     # One params key changed: only the stages that read that section are stale.
-    params = yaml.safe_load((repo / "params.yaml").read_text())
+    original = (repo / "params.yaml").read_text()
+    params = yaml.safe_load(original)
     params["gate"]["visits"] = 6
     (repo / "params.yaml").write_text(yaml.safe_dump(params))
     stale = json.loads(sh("dvc", "status", "--json"))
     assert set(stale) == {"gate-0", "gate-1"}
+    (repo / "params.yaml").write_text(original)
+
+    # DVC's plots: the last generation's history, a row per generation.
+    plots = json.loads(sh("dvc", "plots", "show", "--json"))["data"]
+    elo = plots["champion Elo (from the gate games; uniform priors = 0)"][0]["content"]
+    assert [row["generation"] for row in elo["data"]["values"]] == [0, 1]
+
+    # An ablation: `dvc exp run -S` reruns what the learning rate reaches, not self-play's
+    # first generation, and logs to MLflow under the experiment's own name.
+    out = sh("dvc", "exp", "run", "-n", "lowlr", "-S", "train.lr_per_sample=1e-5")
+    ran = set(re.findall(r"Running stage '([\w-]+)'", out))
+    assert {"train-0", "ema-0", "gate-0", "promote-0", "train-1", "promote-1"} <= ran
+    assert not ran & {"selfplay-0", "shuffle-0"}
+    shown = json.loads(sh("dvc", "exp", "show", "--json"))
+    [exp] = [e for rev in shown for e in rev.get("experiments") or [] if e["name"] == "lowlr"]
+    [run] = exp["revs"]
+    assert run["data"]["params"]["params.yaml"]["data"]["train"]["lr_per_sample"] == 1e-5
+    ablation = client.search_runs(
+        [client.get_experiment_by_name("tengen").experiment_id],
+        "tags.`tengen.dvc_exp` = 'lowlr' and tags.`tengen.stage` = 'train'",
+    )
+    assert {r.data.params["train.lr_per_sample"] for r in ablation} == {"1e-05"}
+    assert int(client.get_model_version_by_alias("tengen-lowlr", "candidate").version) == 2
+    assert int(client.get_model_version_by_alias("tengen", "candidate").version) == 2

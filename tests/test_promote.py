@@ -4,6 +4,7 @@ stays (or none before the first); the line of champions is kept."""
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
@@ -82,3 +83,48 @@ def test_self_play_and_gate_need_the_previous_promotion(tmp_path, monkeypatch):
     assert selfplay.prepare(params, 5)[1].model is None
     assert gate.prepare(params, 5)[1].champion is None
     assert selfplay.prepare(params, 5, model="uniform")[1].model is None
+
+
+def test_the_history_rows_and_the_champion_elo(tmp_path):
+    """One row per generation for DVC's plots; the champion's Elo moves only on promotion, by
+    the candidate's gate score ((wins + 1/2) / (games + 1), so a sweep stays finite)."""
+    assert promote.elo_gain(1, 2) == 0.0
+    assert promote.elo_gain(2, 2) == pytest.approx(400 * math.log10(5))  # p = 2.5/3
+    assert promote.elo_gain(0, 2) == pytest.approx(-400 * math.log10(5))
+    reports = tmp_path / "reports"
+    for gen in range(3):
+        for stage, data in (
+            ("selfplay", {"games": 8, "rows": 100 + gen}),
+            ("train", {"window_rows": 100 * (gen + 1), "loss": {"total": 3.0 - gen}}),
+        ):
+            (reports / stage).mkdir(parents=True, exist_ok=True)
+            (reports / stage / f"gen-{gen}.json").write_text(json.dumps(data))
+    outcomes = [(2, True), (0, False), (1, True)]  # wins of 2, passed
+    for gen, (wins, passed) in enumerate(outcomes):
+        decision = tmp_path / f"gate-{gen}.json"
+        decision.write_text(json.dumps({"passed": passed, "candidate_wins": wins, "games": 2,
+                                        "win_rate": wins / 2}))  # fmt: skip
+        promote.run(promote.PromoteIO(
+            gen, _candidate(tmp_path / f"c{gen}.pt", f"c{gen}"), decision,
+            tmp_path / f"gen-{gen}" / "champion",
+            tmp_path / f"gen-{gen - 1}" / "champion" if gen else None,
+            history=reports / "history" / f"gen-{gen}.json", reports=reports,
+        ))  # fmt: skip
+    rows = json.loads((reports / "history" / "gen-2.json").read_text())
+    assert [r["generation"] for r in rows] == [0, 1, 2]
+    assert [r["promoted"] for r in rows] == [1, 0, 1]
+    sweep = round(400 * math.log10(5), 1)
+    assert [r["elo_gain"] for r in rows] == [sweep, -sweep, 0.0]
+    assert [r["champion_elo"] for r in rows] == [sweep, sweep, sweep]
+    assert [r["window_rows"] for r in rows] == [100, 200, 300]
+    assert [r["loss_total"] for r in rows] == [3.0, 2.0, 1.0]
+    assert rows[:2] == json.loads((reports / "history" / "gen-1.json").read_text())
+    # A generation whose earlier history is missing says which stage to run.
+    (reports / "history" / "gen-1.json").unlink()
+    with pytest.raises(promote.InputError, match="gen-1.json does not exist; run the promote"):
+        promote.run(promote.PromoteIO(
+            2, tmp_path / "c2.pt", tmp_path / "gate-2.json", tmp_path / "again",
+            tmp_path / "gen-1" / "champion", history=reports / "history" / "x.json",
+            reports=reports,
+        ))  # fmt: skip
+    assert not (tmp_path / "again").exists()
