@@ -15,13 +15,12 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev,bench]'
 	touch $@
 
-# For now: one game between two engines on 9x9, shown move by move at the end.
-# Against GNU Go when it is installed, else tengen against itself.
-GNUGO := $(shell command -v gnugo || ls /usr/games/gnugo 2>/dev/null)
-OPPONENT := $(if $(GNUGO),$(GNUGO) --mode gtp --level 1,$(abspath $(BIN))/tengen gtp --seed 2)
+# Trains a 9x9 net from zero for params.yaml's few generations (run.generations), here in the
+# source tree: Prefect's local API, MLflow in mlflow.db, DVC's cache; no server to start.
+# `make run PRESET=long` makes runs/long from flows/presets/long.yaml and runs that instead.
+PRESET ?=
 run: setup
-	$(BIN)/tengen match "$(abspath $(BIN))/tengen gtp --seed 1" "$(OPPONENT)" \
-		--games 1 --size 9 --rules chinese --out runs/match --show
+	$(BIN)/tengen run $(if $(PRESET),--preset $(PRESET))
 
 test: setup
 	$(BIN)/python -m pytest

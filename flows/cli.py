@@ -271,6 +271,14 @@ def bench_features(
     print(json.dumps(rows) if as_json else format_table(rows))
 
 
+def _quiet_prefect() -> None:
+    """No usage analytics from Prefect's local server (set PREFECT_SERVER_ANALYTICS_ENABLED to
+    turn them on): a training run should not phone home, and offline it logs an error."""
+    import os
+
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+
+
 @app.command("run")
 def run_loop(
     repo: Annotated[
@@ -294,7 +302,10 @@ def run_loop(
     """Run the training loop (or resume it): every stage of every generation of params.yaml's
     run, as DVC stages under a Prefect flow, logged to MLflow. Ends by saying where the
     champion, the MLflow UI and the reports are."""
-    from flows.loop import StageFailed, loop
+    _quiet_prefect()
+    from mlflow.exceptions import MlflowException
+
+    from flows.loop import StageFailed, StageInterrupted, loop
     from flows.runs import create_run, where
     from stages.params import ParamsError
 
@@ -303,8 +314,10 @@ def run_loop(
         if preset and not (folder / "params.yaml").exists():
             create_run(folder, preset)
             print(f"made the run folder {folder} (preset {preset})")
+        elif preset:
+            print(f"{folder} exists: going on with its params.yaml (--preset makes new folders)")
         results = loop(str(folder), generations=generations)
-    except (StageFailed, ParamsError) as e:
+    except (StageFailed, StageInterrupted, ParamsError, MlflowException) as e:
         print(f"tengen run: {e}", file=sys.stderr)
         raise typer.Exit(2) from None
     ran = sum(r["ran"] for r in results)
@@ -329,6 +342,7 @@ def serve(
 ) -> None:
     """Serve the loop as a scheduled Prefect deployment: each run adds generations to the run
     in --repo. Runs until stopped (Ctrl-C)."""
+    _quiet_prefect()
     from prefect import serve as prefect_serve
 
     from flows.loop import deployment

@@ -21,19 +21,14 @@ from pathlib import Path
 from prefect import flow, get_run_logger, task
 from prefect.context import get_run_context
 
-from flows.pipeline import generations_of, write_dvc_yaml
+from flows.pipeline import generations_of, stages_of, write_dvc_yaml
 from flows.runs import completed_generations, set_generations
 from stages.atomic import write_text
+from stages.lines import lines
 from stages.params import load_params
 from stages.tracking import ENV_PARENT, open_tracker
 
-STAGES = ("selfplay", "shuffle", "train", "ema", "gate", "promote")
-METRICS = {
-    "selfplay": "reports/selfplay/gen-{n}.json",
-    "train": "reports/train/gen-{n}.json",
-    "gate": "reports/gate/gen-{n}.json",
-    "promote": "models/gen-{n}/champion/promotion.json",
-}
+STAGES = ("selfplay", "shuffle", "train", "ema", "gate", "promote")  # of train.net's line
 
 
 class StageFailed(RuntimeError):
@@ -54,6 +49,10 @@ def _environment(parent_run: str | None = None) -> dict[str, str]:
     the stages nest their runs under."""
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     env = dict(os.environ, PATH=path)
+    # What this process inherited must not steer the stages: another loop's parent run, an
+    # MLflow run to resume, another DVC repository's root.
+    for name in (ENV_PARENT, "MLFLOW_RUN_ID", "DVC_ROOT"):
+        env.pop(name, None)
     if parent_run:
         env[ENV_PARENT] = parent_run
     return env
@@ -106,17 +105,29 @@ def failure(returncode: int, output: str) -> type[RuntimeError]:
     return StageFailed
 
 
+def metrics_file(stage: dict) -> str | None:
+    """The JSON a dvc.yaml stage reports its results in: its metrics file, or promote's
+    promotion.json."""
+    for entry in stage.get("metrics", []):
+        return next(iter(entry)) if isinstance(entry, dict) else entry
+    for out in stage.get("outs", []):
+        if isinstance(out, str) and out.endswith("/champion"):
+            return f"{out}/promotion.json"
+    return None
+
+
 @task(
     name="stage",
-    task_run_name="{stage}-{generation}",
+    task_run_name="{name}",
     retries=2,
     retry_delay_seconds=5,
     retry_condition_fn=_retry_interrupted,
 )
-def run_stage(stage: str, generation: int, repo: str, parent_run: str | None = None) -> dict:
+def run_stage(
+    name: str, repo: str, parent_run: str | None = None, metrics: str | None = None
+) -> dict:
     """Reproduce one DVC stage; returns {"stage", "ran", "metrics"}."""
     logger = get_run_logger()
-    name = f"{stage}-{generation}"
     result = subprocess.run(
         ["dvc", "repro", "--single-item", name],
         cwd=repo,
@@ -129,12 +140,10 @@ def run_stage(stage: str, generation: int, repo: str, parent_run: str | None = N
         raise failure(result.returncode, output)(f"{name} failed:\n{output[-3000:]}")
     ran = f"Running stage '{name}'" in output
     logger.info("%s: %s", name, "ran" if ran else "up to date, skipped")
-    metrics = {}
-    if stage in METRICS:
-        path = Path(repo) / METRICS[stage].format(n=generation)
-        if path.exists():
-            metrics = json.loads(path.read_text())
-    return {"stage": name, "ran": ran, "metrics": metrics}
+    values = {}
+    if metrics and (Path(repo) / metrics).exists():
+        values = json.loads((Path(repo) / metrics).read_text())
+    return {"stage": name, "ran": ran, "metrics": values}
 
 
 @flow(name="tengen-loop")
@@ -154,6 +163,7 @@ def loop(repo: str = ".", generations: int | None = None, more: int | None = Non
         set_generations(params_path, generations)
     raw = load_params(params_path)
     count = generations_of(raw, params_path)
+    nets = lines(raw, params_path)
     tracker = open_tracker(raw, params_path, base=Path(repo).resolve())
     in_source = (Path(repo) / "gocore").is_dir()
     write_dvc_yaml(params_path, Path(repo) / "dvc.yaml", code_deps=in_source)
@@ -167,27 +177,32 @@ def loop(repo: str = ".", generations: int | None = None, more: int | None = Non
         parent = tracker.start_loop(
             f"loop {flow_run.name}", {"prefect.flow_run_id": str(flow_run.id)}
         )
-        tracker.client.log_param(parent, "run.generations", count)
-        logger.info("MLflow: run %s in %s", parent, tracker.uri)
     results = []
     status = "FAILED"
     try:
+        if tracker is not None:
+            tracker.client.log_param(parent, "run.generations", count)
+            logger.info("MLflow: run %s in %s", parent, tracker.uri)
         for n in range(count):
-            for stage in STAGES:
-                results.append(run_stage(stage, n, str(repo), parent))
-            summary = generation_summary(results[-len(STAGES) :])
+            stages = stages_of(n, in_source, nets)
+            for name, stage in stages.items():
+                results.append(run_stage(name, str(repo), parent, metrics_file(stage)))
+            summary = generation_summary(results[-len(stages) :])
             if tracker is not None:
                 for key, value in summary.items():
                     tracker.client.log_metric(parent, key, value, step=n)
             promoted = results[-1]["metrics"]
-            champion = (promoted.get("champion") or {}).get("id")
+            champion = promoted.get("champion") or {}
             logger.info(
-                "generation %d: gate %s, champion %s",
+                "generation %d: %s, champion %s",
                 n,
-                "passed" if promoted.get("promoted") else "not passed",
-                champion or "none yet",
+                "a candidate passed its gate" if promoted.get("promoted") else "no promotion",
+                f"{champion['id']} ({champion.get('net', '?')})" if champion else "none yet",
             )
         status = "FINISHED"
+    except KeyboardInterrupt:
+        status = "KILLED"
+        raise
     finally:
         if tracker is not None:
             tracker.client.set_terminated(parent, status)
@@ -195,22 +210,20 @@ def loop(repo: str = ".", generations: int | None = None, more: int | None = Non
 
 
 def generation_summary(results: list[dict]) -> dict[str, float]:
-    """One generation's headline figures, from its stages' metrics files."""
+    """One generation's headline figures, from its stages' metrics files: train.net's
+    losses, and the gate of the candidate that decided the promotion (promotion.json)."""
     by = {r["stage"].rsplit("-", 1)[0]: r["metrics"] for r in results}
-    out = {}
-    if "games" in by.get("selfplay", {}):
-        out["selfplay_games"] = by["selfplay"]["games"]
-    train = by.get("train", {})
-    if "window_rows" in train:
-        out["window_rows"] = train["window_rows"]
-    for key, value in (train.get("loss") or {}).items():
-        out[f"loss_{key}"] = value
-    gate = by.get("gate", {})
-    if "win_rate" in gate:
-        out["gate_win_rate"] = gate["win_rate"]
-    if "promoted" in by.get("promote", {}):
-        out["promoted"] = float(by["promote"]["promoted"])
-    return out
+    out = {
+        "selfplay_games": by.get("selfplay", {}).get("games"),
+        "window_rows": by.get("train", {}).get("window_rows"),
+        **{f"loss_{k}": v for k, v in (by.get("train", {}).get("loss") or {}).items()},
+    }
+    promotion = by.get("promote", {})
+    out["gate_win_rate"] = (promotion.get("decision") or {}).get("win_rate")
+    if "promoted" in promotion:
+        out["promoted"] = float(promotion["promoted"])
+    numbers = {k: v for k, v in out.items() if isinstance(v, int | float)}
+    return {k: float(v) for k, v in numbers.items() if not isinstance(v, bool)}
 
 
 def deployment(
@@ -241,6 +254,12 @@ def deployment(
             "both or neither (--cron / --interval, or run.serve_cron / "
             "run.serve_interval_minutes)"
         )
+    if interval is not None and (
+        isinstance(interval, bool) or not isinstance(interval, int | float)
+    ):
+        raise ParamsError(f"{params_path}: the interval must be a number of minutes ({interval!r})")
+    if cron is not None and not isinstance(cron, str):
+        raise ParamsError(f"{params_path}: the cron schedule must be a string ({cron!r})")
     if interval is not None and not interval > 0:
         raise ParamsError(f"{params_path}: the interval must be > 0 minutes (got {interval})")
     more = more if more is not None else run.get("serve_generations", 1)

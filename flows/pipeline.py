@@ -12,8 +12,16 @@ from pathlib import Path
 
 import yaml
 
+from stages.lines import Line, active, lines
+
 # The code each stage runs (besides what every stage shares).
-SHARED = ["stages/params.py", "stages/atomic.py", "stages/cli.py", "stages/tracking.py"]
+SHARED = [
+    "stages/params.py",
+    "stages/atomic.py",
+    "stages/cli.py",
+    "stages/tracking.py",
+    "stages/lines.py",
+]
 CODE = {
     "selfplay": ["gocore", "nets", "stages/selfplay.py", "stages/rows.py", "stages/promote.py"],
     "shuffle": ["stages/shuffle.py", "stages/rows.py", "gocore/features.py"],
@@ -36,9 +44,11 @@ HEADER = """\
 """
 
 
-def stages_of(n: int, code_deps: bool = True) -> dict[str, dict]:
-    """Generation n's six stages (without the code among their deps if not code_deps: a run
+def stages_of(n: int, code_deps: bool = True, nets: list[Line] | None = None) -> dict[str, dict]:
+    """Generation n's stages: self-play, shuffle, train/ema/gate for each net that trains in
+    it (stages.lines), promote (without the code among their deps if not code_deps: a run
     folder outside the source tree, with tengen installed)."""
+    nets = nets or [Line("", 0, 0)]
     prev = n - 1
 
     def code(stage):
@@ -47,7 +57,7 @@ def stages_of(n: int, code_deps: bool = True) -> dict[str, dict]:
     def earlier(path):
         return [path.format(g=prev)] if n > 0 else []
 
-    return {
+    stages = {
         f"selfplay-{n}": {
             "cmd": f"python -m stages.selfplay --generation {n} --quiet",
             "deps": code("selfplay") + earlier("models/gen-{g}/champion"),
@@ -61,45 +71,50 @@ def stages_of(n: int, code_deps: bool = True) -> dict[str, dict]:
             "params": ["shuffle"],
             "outs": [f"data/windows/gen-{n}"],
         },
-        f"train-{n}": {
-            "cmd": f"python -m stages.train --generation {n}",
-            "deps": code("train") + [f"data/windows/gen-{n}"] + earlier("models/gen-{g}/train"),
-            "params": ["train", "loss", "device"],
-            "outs": [f"models/gen-{n}/train"],
-            "metrics": [{f"reports/train/gen-{n}.json": {"cache": False}}],
-        },
-        f"ema-{n}": {
-            "cmd": f"python -m stages.ema --generation {n}",
-            "deps": code("ema")
-            + [f"models/gen-{n}/train", f"data/windows/gen-{n}"]
-            + earlier("models/gen-{g}/ema"),
-            "params": ["ema", "train.tensor", "device"],
-            "outs": [f"models/gen-{n}/ema"],
-        },
-        f"gate-{n}": {
-            "cmd": f"python -m stages.gate --generation {n}",
-            "deps": code("gate") + [f"models/gen-{n}/ema"] + earlier("models/gen-{g}/champion"),
-            "params": ["gate", "device"],
-            "outs": [f"reports/gate/gen-{n}"],
-            "metrics": [{f"reports/gate/gen-{n}.json": {"cache": False}}],
-        },
-        f"promote-{n}": {
-            "cmd": f"python -m stages.promote --generation {n}",
-            "deps": code("promote")
-            + [
-                f"reports/gate/gen-{n}.json",
-                f"models/gen-{n}/ema",
-                f"reports/selfplay/gen-{n}.json",
-                f"reports/train/gen-{n}.json",
-            ]
-            + earlier("models/gen-{g}/champion")
-            + earlier("reports/history/gen-{g}.json"),
-            "outs": [
-                f"models/gen-{n}/champion",
-                {f"reports/history/gen-{n}.json": {"cache": False}},
-            ],
-        },
     }
+    window = f"data/windows/gen-{n}"
+    grown = []
+    for line in active(nets, n):
+        before = n > line.start
+        flag = "" if line.primary else f" --net {line.net}" + ("" if before else " --fresh")
+
+        def previous(path, before=before):
+            return [str(path)] if before else []
+
+        stages[line.stage("train", n)] = {
+            "cmd": f"python -m stages.train --generation {n}{flag}",
+            "deps": code("train") + [window] + previous(line.train_dir(n - 1)),
+            "params": ["train", "loss", "device"],
+            "outs": [str(line.train_dir(n))],
+            "metrics": [{str(line.report("train", n)): {"cache": False}}],
+        }
+        stages[line.stage("ema", n)] = {
+            "cmd": f"python -m stages.ema --generation {n}{flag}",
+            "deps": code("ema") + [str(line.train_dir(n)), window] + previous(line.ema_dir(n - 1)),
+            "params": ["ema", "train.tensor", "device"],
+            "outs": [str(line.ema_dir(n))],
+        }
+        stages[line.stage("gate", n)] = {
+            "cmd": f"python -m stages.gate --generation {n}"
+            + ("" if line.primary else f" --net {line.net}"),
+            "deps": code("gate") + [str(line.ema_dir(n))] + earlier("models/gen-{g}/champion"),
+            "params": ["gate", "device"],
+            "outs": [str(line.gate_games(n))],
+            "metrics": [{str(line.report("gate", n)): {"cache": False}}],
+        }
+        grown += [str(line.report("gate", n)), str(line.ema_dir(n)), str(line.report("train", n))]
+    others = ",".join(line.net for line in active(nets, n) if not line.primary)
+    stages[f"promote-{n}"] = {
+        "cmd": f"python -m stages.promote --generation {n}"
+        + (f" --grown {others}" if others else ""),
+        "deps": code("promote")
+        + grown
+        + [f"reports/selfplay/gen-{n}.json"]
+        + earlier("models/gen-{g}/champion")
+        + earlier("reports/history/gen-{g}.json"),
+        "outs": [f"models/gen-{n}/champion", {f"reports/history/gen-{n}.json": {"cache": False}}],
+    }
+    return stages
 
 
 # DVC's plots of a run: the columns of the last generation's history (one row per generation).
@@ -119,10 +134,10 @@ def plots(generations: int) -> list[dict]:
     ]
 
 
-def pipeline(generations: int, code_deps: bool = True) -> dict:
+def pipeline(generations: int, code_deps: bool = True, nets: list[Line] | None = None) -> dict:
     stages: dict[str, dict] = {}
     for n in range(generations):
-        stages.update(stages_of(n, code_deps))
+        stages.update(stages_of(n, code_deps, nets))
     return {"stages": stages, "plots": plots(generations)}
 
 
@@ -142,6 +157,10 @@ def write_dvc_yaml(
     from stages.atomic import write_text
     from stages.params import load_params
 
-    generations = generations_of(load_params(params_path), params_path)
-    text = HEADER + yaml.safe_dump(pipeline(generations, code_deps), sort_keys=False, width=100)
+    params = load_params(params_path)
+    generations = generations_of(params, params_path)
+    nets = lines(params, params_path)
+    text = HEADER + yaml.safe_dump(
+        pipeline(generations, code_deps, nets), sort_keys=False, width=100
+    )
     return write_text(text, out)

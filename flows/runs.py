@@ -26,6 +26,10 @@ def presets() -> list[str]:
     return sorted(p.stem for p in PRESETS.glob("*.yaml"))
 
 
+# Mappings of weights (board size, rules or komi per size): a preset's replaces the whole map.
+WEIGHTS = {"board_sizes", "rules", "komi"}
+
+
 def merge(base: dict, change: dict, where: str = "") -> dict:
     """`base` with `change` on top, section by section; a key `base` lacks is an error (a
     preset cannot invent a setting)."""
@@ -34,7 +38,7 @@ def merge(base: dict, change: dict, where: str = "") -> dict:
         name = f"{where}{key}"
         if key not in base:
             raise ParamsError(f"preset: {name} is not a params.yaml key")
-        if isinstance(value, dict) and isinstance(base[key], dict) and key != "board_sizes":
+        if isinstance(value, dict) and isinstance(base[key], dict) and key not in WEIGHTS:
             out[key] = merge(base[key], value, name + ".")
         else:
             out[key] = value
@@ -48,62 +52,84 @@ def preset_params(name: str, base: Path) -> str:
     path = PRESETS / f"{name}.yaml"
     if not path.is_file():
         raise ParamsError(f"no preset {name!r}; presets: {', '.join(presets())}")
-    change = yaml.safe_load(path.read_text()) or {}
-    merged = merge(load_params(base), change)
-    header = path.read_text().split("\n\n", 1)[0]
+    try:
+        change = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ParamsError(f"{path}: not valid YAML: {e}") from None
+    try:
+        merged = merge(load_params(base), change)
+    except ParamsError as e:
+        raise ParamsError(f"{path}: {e}") from None
+    header = "".join(
+        line for line in path.read_text().splitlines(keepends=True) if line.startswith("#")
+    ).rstrip()
     return (
         f"# params.yaml of a tengen run: {base} with preset {name!r} on top.\n"
         f"# The preset's notes:\n{header}\n\n" + yaml.safe_dump(merged, sort_keys=False, width=100)
     )
 
 
-def _git(repo: Path, *args: str) -> None:
-    subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True)
+def _run(folder: Path, *cmd: str) -> None:
+    try:
+        subprocess.run(cmd, cwd=folder, check=True, capture_output=True, text=True)
+    except (OSError, subprocess.CalledProcessError) as e:
+        output = getattr(e, "stderr", "") or getattr(e, "stdout", "") or str(e)
+        message = f"making the run folder {folder}: {' '.join(cmd)} failed: {output}"
+        raise ParamsError(message) from None
 
 
 def create_run(folder: Path, preset: str, base: Path = SOURCE / "params.yaml") -> Path:
-    """A new run folder with the preset's params.yaml, as a git repository with DVC. The
-    stages are the installed tengen's (dvc.yaml without code deps)."""
+    """A new run folder with the preset's params.yaml, as a git repository with DVC, made
+    beside `folder` and renamed into place when whole. The stages are the installed
+    tengen's (dvc.yaml without code deps)."""
     from flows.pipeline import write_dvc_yaml
+    from stages.atomic import output_dir
 
-    folder.mkdir(parents=True, exist_ok=True)
-    write_text(preset_params(preset, base), folder / "params.yaml")
-    write_dvc_yaml(folder / "params.yaml", folder / "dvc.yaml", code_deps=False)
-    write_text("mlflow.db\nmlartifacts/\n", folder / ".gitignore")
-    _git(folder, "init", "-q")
-    subprocess.run(
-        [sys.executable, "-m", "dvc", "init", "-q"],
-        cwd=folder, check=True, capture_output=True, text=True,
-    )  # fmt: skip
-    write_text("mlflow.db\nmlartifacts/\n", folder / ".dvcignore")
-    _git(folder, "add", "-A")
-    _git(
-        folder,
-        "-c",
-        "user.name=tengen",
-        "-c",
-        "user.email=tengen@localhost",
-        "commit",
-        "-qm",
-        f"tengen run, preset {preset}",
-    )
+    if folder.exists():
+        raise ParamsError(f"{folder} exists but has no params.yaml; remove it or pick another")
+    text = preset_params(preset, base)
+    with output_dir(folder) as tmp:
+        write_text(text, tmp / "params.yaml")
+        write_dvc_yaml(tmp / "params.yaml", tmp / "dvc.yaml", code_deps=False)
+        write_text("mlflow.db\nmlartifacts/\n", tmp / ".gitignore")
+        _run(tmp, "git", "init", "-q")
+        _run(tmp, sys.executable, "-m", "dvc", "init", "-q")
+        write_text("mlflow.db\nmlartifacts/\n", tmp / ".dvcignore")
+        _run(tmp, "git", "add", "-A")
+        _run(tmp, "git", "-c", "user.name=tengen", "-c", "user.email=tengen@localhost",
+             "commit", "-qm", f"tengen run, preset {preset}")  # fmt: skip
     return folder
 
 
-_RUN_GENERATIONS = re.compile(
-    r"^(run:\s*\n(?:[ \t]+.*\n|\s*\n)*?[ \t]+generations:[ \t]*)(\d+)", re.M
-)
-
-
 def set_generations(params_path: Path, generations: int) -> None:
-    """Set `run.generations` in params.yaml, keeping the file's comments."""
+    """Set `run.generations` in params.yaml, keeping the file's comments: the line of the
+    `generations:` key directly inside the top-level `run:` block."""
     if isinstance(generations, bool) or not isinstance(generations, int) or generations < 1:
-        raise ParamsError(f"run.generations must be a whole number >= 1 (got {generations!r})")
-    text = params_path.read_text()
-    new, count = _RUN_GENERATIONS.subn(lambda m: f"{m.group(1)}{generations}", text, count=1)
-    if count != 1:
-        raise ParamsError(f"{params_path}: no `run:` section with a `generations:` key")
-    write_text(new, params_path)
+        raise ParamsError(
+            f"{params_path}: run.generations must be a whole number >= 1 (got {generations!r})"
+        )
+    lines = params_path.read_text().splitlines(keepends=True)
+    inside, indent = False, None
+    for i, text in enumerate(lines):
+        if not text.strip() or text.lstrip().startswith("#"):
+            continue
+        if not text[0].isspace():  # a top-level key
+            inside = text.startswith("run:")
+            indent = None
+            continue
+        if not inside:
+            continue
+        width = len(text) - len(text.lstrip())
+        indent = width if indent is None else indent
+        key = _KEY.match(text)
+        if width == indent and key and key.group(2) == "generations":
+            lines[i] = f"{key.group(1)}generations: {generations}{key.group(3) or ''}\n"
+            write_text("".join(lines), params_path)
+            return
+    raise ParamsError(f"{params_path}: no `run:` section with a `generations:` key")
+
+
+_KEY = re.compile(r"^(\s*)([A-Za-z_]+):[^#\n]*?(\s*#.*)?$")
 
 
 def completed_generations(repo: Path) -> int:
@@ -128,8 +154,8 @@ def where(repo: Path) -> str:
         if champion:
             path = folder / "champion.pt"
             lines.append(
-                f"champion:  {path} ({champion['id']}, promoted at generation "
-                f"{champion['generation']})"
+                f"champion:  {path} ({champion['id']}, a {champion.get('net', '?')}, "
+                f"promoted at generation {champion['generation']})"
             )
         else:
             lines.append("champion:  none yet (no candidate has passed its gate)")

@@ -10,6 +10,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from mlflow.exceptions import MlflowException
+
 from nets.checkpoint import CheckpointError
 from stages.params import DEFAULT_PATH, ParamsError
 from stages.tracking import StageRun, stage_run
@@ -29,17 +31,25 @@ def parser(stage: str, doc: str | None) -> argparse.ArgumentParser:
 
 
 def finish(
-    stage: str, work: Callable[[StageRun | None], dict], *, params: Path, generation: int
+    stage: str,
+    work: Callable[[StageRun | None], dict],
+    *,
+    params: Path,
+    generation: int,
+    net: str | None = None,
 ) -> int:
     """Run the stage inside its MLflow run (None when tracking is off), log its metrics
     there, and print them as JSON; or print its error (exit status 2)."""
     try:
-        with stage_run(params, stage, generation) as run:
+        with stage_run(params, stage, generation, net) as run:
             metrics = work(run)
             if run is not None:
                 run.log_metrics(metrics)
     except (ParamsError, InputError, CheckpointError) as e:
         print(f"{stage}: error: {e}", file=sys.stderr)
+        return 2
+    except MlflowException as e:
+        print(f"{stage}: MLflow error ({params}: mlflow section): {e}", file=sys.stderr)
         return 2
     print(json.dumps(metrics, indent=2, sort_keys=True))
     return 0

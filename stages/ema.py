@@ -30,6 +30,7 @@ from nets.model import GoNet, MaskedBatchNorm
 from stages import cli
 from stages.atomic import output_dir
 from stages.cli import InputError
+from stages.lines import line_for
 from stages.params import Section, device_of, load_params, section
 from stages.train import TrainParams, batches, check_window, window_files, window_lineage
 
@@ -158,7 +159,7 @@ def run(params: EmaParams, io: EmaIO, *, tensor: int) -> dict:
             tmp / "candidate.pt",
             {
                 "generation": io.generation,
-                "model_id": f"gen-{io.generation}-ema",
+                "model_id": f"gen-{io.generation}-{config.name}",
                 "samples": meta.get("samples"),
                 "window_digest": meta.get("window_digest"),
                 "snapshots": len(paths),
@@ -187,6 +188,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--window", type=Path, default=None)
     p.add_argument("--previous", type=Path, default=None, help="models/gen-(N-1)/ema")
     p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--net", default=None, help="a grown net of run.grow (default: train.net)")
+    p.add_argument("--fresh", action="store_true", help="no previous average (a net's first)")
     args = p.parse_args(argv)
     n = args.generation
 
@@ -194,12 +197,13 @@ def main(argv: list[str] | None = None) -> int:
         raw = load_params(args.params)
         params = section(raw, "ema", EmaParams, source=args.params)
         tensor = section(raw, "train", TrainParams, source=args.params).tensor
-        previous = args.previous or (Path(f"models/gen-{n - 1}/ema") if n > 0 else None)
+        line = line_for(args.net)
+        previous = args.previous or (line.ema_dir(n - 1) if n > 0 and not args.fresh else None)
         io = EmaIO(
             generation=n,
-            snapshots=args.snapshots or Path(f"models/gen-{n}/train/snapshots"),
+            snapshots=args.snapshots or line.train_dir(n) / "snapshots",
             window=args.window or Path(f"data/windows/gen-{n}"),
-            out=args.out or Path(f"models/gen-{n}/ema"),
+            out=args.out or line.ema_dir(n),
             previous=previous,
             device=device_of(raw, args.params),
         )
@@ -208,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
             track(tracked, io)
         return metrics
 
-    return cli.finish("ema", work, params=args.params, generation=n)
+    return cli.finish("ema", work, params=args.params, generation=n, net=args.net)
 
 
 def track(tracked, io: EmaIO) -> None:

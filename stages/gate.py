@@ -25,9 +25,11 @@ from gocore.arena import MatchGame, play_match
 from gocore.board import PASS, point_xy
 from gocore.rules import PRESETS
 from gocore.sgf import GameRecord, save_sgf
+from nets.checkpoint import CheckpointError, load
 from stages import cli
 from stages.atomic import output_dir, write_json
 from stages.cli import InputError
+from stages.lines import line_for, size_of
 from stages.params import Section, device_of, load_params, section
 from stages.promote import previous_champion
 from stages.selfplay import SearchSection, load_net
@@ -60,6 +62,9 @@ class GateIO:
     out: Path  # reports/gate/gen-N: the games (sgf/)
     decision: Path  # reports/gate/gen-N.json
     device: str = "cpu"
+    # Why the candidate cannot be promoted whatever it scores (a champion of a bigger net):
+    # then no games are played and the decision says so.
+    skip: str | None = None
 
 
 def decided(wins: float, played: int, games: int, needed: float) -> bool | None:
@@ -76,6 +81,17 @@ def run(params: GateParams, io: GateIO) -> dict:
         raise InputError(f"gate.rules: unknown rules {params.rules!r}; presets: {sorted(PRESETS)}")
     if not io.candidate.is_file():
         raise InputError(f"gate: {io.candidate} does not exist; run the ema stage first")
+    if io.skip:
+        with output_dir(io.out):
+            pass
+        decision = {
+            "generation": io.generation, "candidate": str(io.candidate),
+            "champion": str(io.champion), "games": 0, "games_planned": params.games,
+            "candidate_wins": 0.0, "draws": 0, "win_rate": None, "needed": 0.0,
+            "passed": False, "stopped_early": False, "skipped": io.skip,
+        }  # fmt: skip
+        write_json(decision, io.decision)
+        return decision
     candidate, candidate_id = load_net(io.candidate, io.device)
     champion, champion_id = load_net(io.champion, io.device, params.seed)
     needed = params.win_fraction * params.games
@@ -142,19 +158,41 @@ def _record(game: MatchGame, params: GateParams, a: str, b: str, gen: int, i: in
 
 
 def prepare(
-    params_path, generation: int, *, candidate=None, champion=None, out=None, decision=None
+    params_path,
+    generation: int,
+    *,
+    candidate=None,
+    champion=None,
+    out=None,
+    decision=None,
+    net: str | None = None,
 ) -> tuple[GateParams, GateIO]:
+    """The gate's parameters and paths: train.net's candidate, or with `net` that grown
+    net's (stages.lines). A candidate smaller than the champion is not played: promote
+    never goes back to a smaller net."""
     raw = load_params(params_path)
     params = section(raw, "gate", GateParams, source=params_path)
+    line = line_for(net)
+    candidate = Path(candidate or line.candidate(generation))
     if champion is None:
         champion = previous_champion(generation, "gate")
+    skip = None
+    if champion and candidate.is_file():
+        try:
+            champion_net = load(Path(champion))[0].config.name
+            candidate_net = load(candidate)[0].config.name
+        except CheckpointError as e:
+            raise InputError(f"gate: {e}; rerun the stage that wrote it") from None
+        if size_of(champion_net) > size_of(candidate_net):
+            skip = f"the champion is a {champion_net}, bigger than this {candidate_net}"
     io = GateIO(
         generation=generation,
-        candidate=Path(candidate or f"models/gen-{generation}/ema/candidate.pt"),
+        candidate=candidate,
         champion=Path(champion) if champion else None,
-        out=Path(out or f"reports/gate/gen-{generation}"),
-        decision=Path(decision or f"reports/gate/gen-{generation}.json"),
+        out=Path(out or line.gate_games(generation)),
+        decision=Path(decision or line.report("gate", generation)),
         device=device_of(raw, params_path),
+        skip=skip,
     )
     return params, io
 
@@ -165,19 +203,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--champion", type=Path, default=None, help="none: uniform priors")
     p.add_argument("--out", type=Path, default=None, help="the games: reports/gate/gen-N")
     p.add_argument("--decision", type=Path, default=None, help="reports/gate/gen-N.json")
+    p.add_argument("--net", default=None, help="a grown net of run.grow (default: train.net)")
     args = p.parse_args(argv)
 
     def work(tracked):
         params, io = prepare(
             args.params, args.generation, candidate=args.candidate, champion=args.champion,
-            out=args.out, decision=args.decision,
+            out=args.out, decision=args.decision, net=args.net,
         )  # fmt: skip
         decision = run(params, io)
         if tracked is not None:
             track(tracked, io)
         return decision
 
-    return cli.finish("gate", work, params=args.params, generation=args.generation)
+    return cli.finish("gate", work, params=args.params, generation=args.generation, net=args.net)
 
 
 def track(tracked, io: GateIO) -> None:

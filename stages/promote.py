@@ -25,6 +25,7 @@ from nets.checkpoint import load
 from stages import cli
 from stages.atomic import output_dir, write_json
 from stages.cli import InputError
+from stages.lines import line_for, size_of
 from stages.tracking import model_digest
 
 CHAMPION = "champion.pt"
@@ -42,6 +43,18 @@ class PromoteIO:
     # (None: not written), from reports/{selfplay,train}/gen-N.json and the row list before.
     history: Path | None = None
     reports: Path = Path("reports")
+    # The grown nets' candidates of this generation (stages.lines), beside train.net's above.
+    grown: tuple[Contender, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Contender:
+    """A grown net's candidate (stages.lines)."""
+
+    net: str
+    candidate: Path  # models/gen-N/<net>/ema/candidate.pt
+    decision: Path  # reports/gate/gen-N-<net>.json
+    train_report: Path  # reports/train/gen-N-<net>.json
 
 
 def champion_path(folder: Path) -> Path | None:
@@ -74,23 +87,46 @@ def _read_json(path: Path, stage: str) -> dict:
 
 
 def run(io: PromoteIO) -> dict:
-    decision = _read_json(io.decision, "gate")
-    if "passed" not in decision:
-        raise InputError(f"promote: {io.decision} has no `passed`; rerun the gate stage")
+    """The champion after generation N: the biggest candidate (by parameters) that passed its
+    gate and is not smaller than the champion, else the champion before."""
+    train_report = io.reports / "train" / f"gen-{io.generation}.json"
+    primary = Contender("", io.candidate, io.decision, train_report)
+    contenders = [primary, *io.grown]
+    decisions = {}
+    for c in contenders:
+        decisions[c] = _read_json(c.decision, "gate")
+        if "passed" not in decisions[c]:
+            raise InputError(f"promote: {c.decision} has no `passed`; rerun the gate stage")
     previous = {"champion": None, "line": []}
     if io.previous is not None:
         previous = _read_json(io.previous / PROMOTION, "promote stage of the previous generation's")
-    rows = history(io, decision, bool(decision["passed"])) if io.history is not None else None
+    floor = _champion_size(previous["champion"], io.previous)
+    passed = []
+    for c in contenders:
+        if decisions[c]["passed"]:
+            if not c.candidate.is_file():
+                raise InputError(f"promote: {c.candidate} does not exist; run the ema stage first")
+            model, meta = load(c.candidate)  # refuses a corrupt or foreign file
+            size = size_of(model.config.name)
+            if size >= floor:
+                passed.append((size, c, model.config.name, meta))
+    best = max(passed, key=lambda p: p[0]) if passed else None
+    chosen = best[1] if best else None
+    played = [c for c in contenders if not decisions[c].get("skipped")]
+    deciding = chosen or (played[-1] if played else primary)
+    rows = None
+    if io.history is not None:
+        rows = history(io, decisions[deciding], chosen is not None, deciding.train_report)
     with output_dir(io.out) as tmp:
-        if decision["passed"]:
-            if not io.candidate.is_file():
-                raise InputError(f"promote: {io.candidate} does not exist; run the ema stage first")
-            _, meta = load(io.candidate)  # refuses a corrupt or foreign file
-            shutil.copyfile(io.candidate, tmp / CHAMPION)
+        if best is not None:
+            size, chosen, net, meta = best
+            shutil.copyfile(chosen.candidate, tmp / CHAMPION)
             champion = {
-                "id": meta.get("model_id") or f"gen-{io.generation}-ema",
+                "id": meta.get("model_id") or f"gen-{io.generation}-{net}",
                 "generation": io.generation,
-                "source": str(io.candidate),
+                "source": str(chosen.candidate),
+                "net": net,
+                "parameters": size,
             }
             line = [*previous["line"], champion]
         else:
@@ -106,9 +142,10 @@ def run(io: PromoteIO) -> dict:
                 shutil.copyfile(source, tmp / CHAMPION)
         promotion = {
             "generation": io.generation,
-            "promoted": bool(decision["passed"]),
+            "promoted": chosen is not None,
             "champion": champion,
-            "decision": decision,
+            "decision": decisions[deciding],
+            "decisions": {c.net or "train.net": decisions[c] for c in contenders},
             "line": line,
         }
         write_json(promotion, tmp / PROMOTION)
@@ -118,7 +155,21 @@ def run(io: PromoteIO) -> dict:
         "generation": io.generation,
         "promoted": promotion["promoted"],
         "champion": champion["id"] if champion else None,
+        "champion_net": champion.get("net") if champion else None,
     }
+
+
+def _champion_size(champion: dict | None, folder: Path | None) -> int:
+    """The champion's parameter count (-1: none yet, so any candidate may be promoted)."""
+    if champion is None:
+        return -1
+    net = champion.get("net")
+    if net is None:  # a promotion.json from before nets were recorded
+        path = champion_path(folder) if folder is not None else None
+        if path is None:
+            return -1
+        net = load(path)[0].config.name
+    return size_of(net)
 
 
 def elo_gain(wins: float, games: int) -> float:
@@ -128,7 +179,7 @@ def elo_gain(wins: float, games: int) -> float:
     return 400.0 * math.log10(p / (1 - p))
 
 
-def history(io: PromoteIO, decision: dict, promoted: bool) -> list[dict]:
+def history(io: PromoteIO, decision: dict, promoted: bool, train_report: Path) -> list[dict]:
     """The rows so far plus generation N's: self-play, window, losses, gate, and the
     champion's Elo (uniform priors = 0, each promotion adding its candidate's gate Elo)."""
     n = io.generation
@@ -136,8 +187,8 @@ def history(io: PromoteIO, decision: dict, promoted: bool) -> list[dict]:
     if n > 0:
         rows = _read_json(io.reports / "history" / f"gen-{n - 1}.json", "promote")
     selfplay = _read_json(io.reports / "selfplay" / f"gen-{n}.json", "selfplay")
-    train = _read_json(io.reports / "train" / f"gen-{n}.json", "train")
-    gain = elo_gain(decision["candidate_wins"], decision["games"])
+    train = _read_json(train_report, "train")
+    gain = elo_gain(decision["candidate_wins"], decision["games"]) if decision["games"] else 0.0
     before = rows[-1]["champion_elo"] if rows else 0.0
     loss = train.get("loss", {})
     row = {
@@ -162,17 +213,28 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--decision", type=Path, default=None)
     p.add_argument("--previous", type=Path, default=None, help="models/gen-(N-1)/champion")
     p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--history", type=Path, default=None, help="reports/history/gen-N.json")
+    p.add_argument(
+        "--grown", type=lambda v: [x for x in v.split(",") if x], default=[],
+        help="the grown nets training in this generation, comma-separated (run.grow)",
+    )  # fmt: skip
     args = p.parse_args(argv)
     n = args.generation
 
     def work(tracked):
+        grown = tuple(
+            Contender(net, line.candidate(n), line.report("gate", n), line.report("train", n))
+            for net in args.grown
+            for line in [line_for(net)]
+        )
         io = PromoteIO(
             generation=n,
             candidate=args.candidate or Path(f"models/gen-{n}/ema/candidate.pt"),
             decision=args.decision or Path(f"reports/gate/gen-{n}.json"),
             out=args.out or Path(f"models/gen-{n}/champion"),
             previous=args.previous or (Path(f"models/gen-{n - 1}/champion") if n else None),
-            history=Path(f"reports/history/gen-{n}.json"),
+            history=args.history or Path(f"reports/history/gen-{n}.json"),
+            grown=grown,
         )
         metrics = run(io)
         if tracked is not None:
@@ -192,13 +254,17 @@ def track(tracked, io: PromoteIO, metrics: dict) -> None:
     tracked.tag({"tengen.champion_sha256": digest})
     if not metrics["promoted"]:
         return
-    versions = tracked.tracker.model_versions(**{"tengen.sha256": digest})
-    if not versions:
-        raise InputError(
-            f"promote: no registered model version of {tracked.tracker.model_name} has "
-            f"the digest of {io.candidate}; rerun the ema stage with MLflow tracking on"
+    found = tracked.tracker.version_of(digest)
+    if found is None:
+        # Where results are logged does not change them: the promotion stands, untracked.
+        print(
+            f"promote: warning: the new champion {path} was never logged to MLflow (the ema "
+            f"stage ran with tracking off, or against another store); no `champion` alias",
+            file=sys.stderr,
         )
-    version = versions[0].version
+        tracked.tag({"tengen.champion_unregistered": "true"})
+        return
+    version = found.version
     client, name = tracked.client, tracked.tracker.model_name
     client.set_registered_model_alias(name, "champion", version)
     client.set_model_version_tag(name, version, "tengen.promoted_generation", str(io.generation))

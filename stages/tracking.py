@@ -36,8 +36,8 @@ from stages.params import Section, load_params, section
 ENV_PARENT = "TENGEN_MLFLOW_PARENT"
 UNIFORM = "uniform"
 
-# The params.yaml sections each stage reads (logged as the run's params; dvc.yaml's params
-# are the same sections).
+# The params.yaml sections logged as each stage's params: the sections it is configured by
+# (dvc.yaml's params also name single keys it borrows, such as ema's train.tensor).
 SECTIONS = {
     "selfplay": ("selfplay", "device"),
     "shuffle": ("shuffle",),
@@ -195,11 +195,32 @@ class Tracker:
         )
         return run.info.run_id
 
-    def model_versions(self, **tags: str) -> list:
-        """Registered versions of this run's model with these tag values, newest first."""
+    def model_versions(self, any_model: bool = False, **tags: str) -> list:
+        """Registered versions of this run's model (of any model with `any_model`) with
+        these tag values, newest first."""
         where = " and ".join(f"tags.`{k}` = '{v}'" for k, v in tags.items())
-        found = self.client.search_model_versions(f"name = '{self.model_name}' and {where}")
-        return sorted(found, key=lambda v: int(v.version), reverse=True)
+        if not any_model:
+            where = f"name = '{self.model_name}' and {where}"
+        found = self.client.search_model_versions(where)
+        return sorted(found, key=lambda v: int(v.creation_timestamp), reverse=True)
+
+    def version_of(self, digest: str):
+        """This run's registered version of the checkpoint with this SHA-256; one registered
+        under another name (an ablation's `dvc exp run` whose ema stage DVC did not rerun)
+        is copied into this name. None if the checkpoint was never logged."""
+        own = self.model_versions(**{"tengen.sha256": digest})
+        if own:
+            return own[0]
+        other = self.model_versions(any_model=True, **{"tengen.sha256": digest})
+        if not other:
+            return None
+        source = other[0]
+        copy = self.client.copy_model_version(
+            f"models:/{source.name}/{source.version}", self.model_name
+        )
+        for key, value in source.tags.items():
+            self.client.set_model_version_tag(self.model_name, copy.version, key, value)
+        return self.client.get_model_version(self.model_name, copy.version)
 
 
 def _git_tags(base: Path) -> dict[str, str]:
@@ -315,8 +336,11 @@ def _fluent_uri(uri: str) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def stage_run(params_path: str | Path, stage: str, generation: int) -> Iterator[StageRun | None]:
-    """The stage's MLflow run (None when tracking is off): FINISHED when the block ends,
+def stage_run(
+    params_path: str | Path, stage: str, generation: int, net: str | None = None
+) -> Iterator[StageRun | None]:
+    """The stage's MLflow run (None when tracking is off), named like its DVC stage
+    (`<stage>-<N>`, `<stage>-<net>-<N>` for a grown net): FINISHED when the block ends,
     FAILED when it raises."""
     raw = load_params(params_path)
     tracker = open_tracker(raw, params_path)
@@ -334,6 +358,7 @@ def stage_run(params_path: str | Path, stage: str, generation: int) -> Iterator[
     tags = {
         "tengen.stage": stage,
         "tengen.generation": str(generation),
+        **({"tengen.net": net} if net else {}),
         **tracker.workspace_tags,
         **_git_tags(tracker.base),
     }
@@ -345,7 +370,7 @@ def stage_run(params_path: str | Path, stage: str, generation: int) -> Iterator[
         _fluent_uri(tracker.uri),
         mlflow.start_run(
             experiment_id=tracker.experiment_id,
-            run_name=f"{stage}-{generation}",
+            run_name=f"{stage}-{net}-{generation}" if net else f"{stage}-{generation}",
             parent_run_id=parent,
             tags=tags,
         ) as run,

@@ -37,6 +37,7 @@ from nets.model import GoNet
 from stages import cli
 from stages.atomic import output_dir, write_json
 from stages.cli import InputError
+from stages.lines import line_for
 from stages.params import ParamsError, Section, device_of, load_params, section
 from stages.rows import SCHEMA, training_arrays
 
@@ -263,20 +264,28 @@ def prepare(
     out: str | Path | None = None,
     metrics: str | Path | None = None,
     previous: str | Path | None = None,
+    net: str | None = None,
+    fresh: bool = False,
 ) -> tuple[TrainParams, LossWeights, TrainIO]:
+    """The stage's parameters and paths: train.net's (models/gen-N/train, ...), or with
+    `net`, a grown net's (models/gen-N/<net>/train, ...: stages.lines). The previous
+    generation's state is resumed unless `fresh` (a net's first generation)."""
     raw = load_params(params_path)
     params = section(raw, "train", TrainParams, source=params_path)
     try:
         weights = LossWeights.from_params(raw.get("loss"), where=f"{params_path}: loss")
     except ValueError as e:
         raise ParamsError(str(e)) from None
-    if previous is None and generation > 0:
-        previous = f"models/gen-{generation - 1}/train"
+    line = line_for(net)
+    if net:
+        params = params.model_copy(update={"net": net})
+    if previous is None and generation > 0 and not fresh:
+        previous = line.train_dir(generation - 1)
     io = TrainIO(
         generation=generation,
         window=Path(window or f"data/windows/gen-{generation}"),
-        out=Path(out or f"models/gen-{generation}/train"),
-        metrics=Path(metrics or f"reports/train/gen-{generation}.json"),
+        out=Path(out or line.train_dir(generation)),
+        metrics=Path(metrics or line.report("train", generation)),
         previous=Path(previous) if previous is not None else None,
         device=device_of(raw, params_path),
     )
@@ -289,19 +298,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=None)
     p.add_argument("--metrics", type=Path, default=None)
     p.add_argument("--previous", type=Path, default=None, help="models/gen-(N-1)/train")
+    p.add_argument("--net", default=None, help="a grown net of run.grow (default: train.net)")
+    p.add_argument("--fresh", action="store_true", help="start from new weights")
     args = p.parse_args(argv)
 
     def work(tracked):
         params, weights, io = prepare(
             args.params, args.generation, window=args.window, out=args.out,
-            metrics=args.metrics, previous=args.previous,
+            metrics=args.metrics, previous=args.previous, net=args.net, fresh=args.fresh,
         )  # fmt: skip
         metrics = run(params, weights, io)
         if tracked is not None:
             track(tracked, io, metrics)
         return {k: v for k, v in metrics.items() if k != "snapshots"}
 
-    return cli.finish("train", work, params=args.params, generation=args.generation)
+    return cli.finish("train", work, params=args.params, generation=args.generation, net=args.net)
 
 
 def window_lineage(tracker, window: Path) -> dict[str, str]:

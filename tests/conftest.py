@@ -167,9 +167,11 @@ def run_in(repo: Path, *cmd: str, check: bool = True) -> str:
     return result.stdout
 
 
-def make_run_repo(repo: Path, *, code_deps: bool, win_fraction: float = 0.5) -> Path:
+def make_run_repo(
+    repo: Path, *, code_deps: bool, win_fraction: float = 0.5, grow: list | None = None
+) -> Path:
     """A git repository with DVC holding a tiny two-generation run (5x5 boards, b2c16);
-    win_fraction 0 promotes every candidate."""
+    win_fraction 0 promotes every candidate; `grow` is run.grow."""
     import yaml
 
     from flows import pipeline
@@ -180,6 +182,7 @@ def make_run_repo(repo: Path, *, code_deps: bool, win_fraction: float = 0.5) -> 
     repo.mkdir(parents=True)
     params = load_params(REPO / "params.yaml")
     params["run"]["generations"] = 2
+    params["run"]["grow"] = grow or []
     params["selfplay"].update(games=4, slots=4, full_visits=8, cheap_visits=2, decided_visits=2,
                               board_sizes={5: 1.0})  # fmt: skip
     params["shuffle"].update(window_c=100, rows_per_file=50)

@@ -78,7 +78,7 @@ def test_candidates_average_the_snapshots_and_carry_on(trained):
     expected = ema.average(None, snaps, 0.75, 4)
     for name, value in candidate.state_dict().items():
         assert torch.allclose(value, expected[name]), name
-    assert meta["generation"] == 0 and meta["model_id"] == "gen-0-ema"
+    assert meta["generation"] == 0 and meta["model_id"] == "gen-0-b2c16"
     # Generation 1 starts from generation 0's average.
     second = ema.run(_params(bn_batches=0), io(1, root / "gen-0/ema"), tensor=5)
     assert second["continued"]

@@ -122,3 +122,31 @@ def test_a_missing_candidate_names_the_stage(tmp_path):
         gate.run(_params(), gate.GateIO(1, tmp_path / "none.pt", None, tmp_path / "g",
                                         tmp_path / "g.json"))  # fmt: skip
     assert not (tmp_path / "g").exists()
+
+
+def test_a_candidate_smaller_than_the_champion_is_not_played(tmp_path, monkeypatch):
+    """With run.grow, once a bigger net is champion, the smaller net's gate plays no games:
+    promote could not take it anyway."""
+    import yaml
+
+    from tests.conftest import REPO
+
+    monkeypatch.chdir(tmp_path)
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    params["train"]["net"] = "b2c16"
+    params["run"]["grow"] = [{"net": "b4c32", "from": 1}]
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    torch.manual_seed(0)
+    big = save(GoNet(net_config("b4c32")), tmp_path / "champion.pt", {"model_id": "big"})
+    small = save(GoNet(net_config("b2c16")), tmp_path / "small.pt", {"model_id": "small"})
+    _, io = gate.prepare("params.yaml", 2, candidate=small, champion=big)
+    assert io.skip == "the champion is a b4c32, bigger than this b2c16"
+    assert str(io.decision) == "reports/gate/gen-2.json"
+    decision = gate.run(_params(), io)
+    assert decision["games"] == 0 and not decision["passed"] and decision["skipped"]
+    assert not list(io.out.rglob("*.sgf"))
+    # The grown net's own gate against it is played, under its own paths.
+    _, grown = gate.prepare("params.yaml", 2, champion=big, net="b4c32")
+    assert grown.skip is None
+    assert str(grown.candidate) == "models/gen-2/b4c32/ema/candidate.pt"
+    assert str(grown.decision) == "reports/gate/gen-2-b4c32.json"

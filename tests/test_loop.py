@@ -12,13 +12,22 @@ import time
 
 import pytest
 
-from flows.loop import STAGES, StageFailed, StageInterrupted, failure, loop
+from flows.loop import (
+    STAGES,
+    StageFailed,
+    StageInterrupted,
+    failure,
+    generation_summary,
+    loop,
+)
 from tests.conftest import make_run_repo, run_in
 
 
 @pytest.mark.slow
 def test_the_loop_runs_through_dvc_and_resumes(tmp_path, prefect_api):
-    repo = make_run_repo(tmp_path / "run", code_deps=False, win_fraction=0.0)
+    # Gating off, and a bigger net joining at generation 1: it takes over at once.
+    repo = make_run_repo(tmp_path / "run", code_deps=False, win_fraction=0.0,
+                         grow=[{"net": "b4c32", "from": 1}])  # fmt: skip
     # Killed while generation 0 shuffles (its window written, DVC not yet told): the stages
     # before it are done and stay done.
     from prefect.settings import PREFECT_API_URL
@@ -37,16 +46,22 @@ def test_the_loop_runs_through_dvc_and_resumes(tmp_path, prefect_api):
     shard = repo / "data/selfplay/gen-0/part-0.parquet"
     before = shard.stat().st_mtime_ns
     results = loop(str(repo))
-    assert [r["stage"] for r in results] == [f"{s}-{n}" for n in (0, 1) for s in STAGES]
+    grown = ["train-b4c32-1", "ema-b4c32-1", "gate-b4c32-1"]
+    assert [r["stage"] for r in results] == (
+        [f"{s}-0" for s in STAGES] + [f"{s}-1" for s in STAGES[:-1]] + grown + ["promote-1"]
+    )
     ran = {r["stage"] for r in results if r["ran"]}
     # Self-play finished (and DVC recorded it) before the kill: it is not redone. The stage
     # running when the kill came (shuffle, or the next if DVC had just recorded it) runs again
     # from scratch, past the lock entries its killed dvc left.
     assert "selfplay-0" not in ran
-    assert {"gate-1", "promote-1", "selfplay-1"} <= ran
+    assert {"gate-1", "promote-1", "selfplay-1", *grown} <= ran
     assert shard.stat().st_mtime_ns == before  # not redone
     assert results[-1]["metrics"]["generation"] == 1
     assert json.loads((repo / "reports/gate/gen-1.json").read_text())["games"] >= 1
+    promotion = json.loads((repo / "models/gen-1/champion/promotion.json").read_text())
+    assert promotion["champion"]["net"] == "b4c32"
+    assert promotion["line"][0]["net"] == "b2c16"
     # Everything is in DVC's cache and up to date; a second loop runs nothing.
     assert "up to date" in run_in(repo, "dvc", "status")
     assert not any(r["ran"] for r in loop(str(repo)))
@@ -84,10 +99,12 @@ def check_mlflow(repo, ran: set[str]) -> None:
     history = client.get_metric_history(resumed.info.run_id, "gate_win_rate")
     assert sorted(m.step for m in history) == [0, 1]
 
-    # The champion: generation 1's candidate (gating is off), the same weights as its file.
+    # The champion: the bigger net's generation-1 candidate (gating is off, and the bigger
+    # net passing takes over), the same weights as its file.
     champion = client.get_model_version_by_alias("tengen", "champion")
     assert client.get_model_version_by_alias("tengen", "candidate").version == champion.version
-    assert champion.tags["tengen.generation"] == "1"
+    assert champion.tags["tengen.generation"] == "1" and champion.tags["tengen.net"] == "b4c32"
+    assert nested["train-b4c32-1"].data.tags["tengen.net"] == "b4c32"
     mlflow.set_tracking_uri(f"sqlite:///{repo}/mlflow.db")
     try:
         net = mlflow.pytorch.load_model("models:/tengen@champion")
@@ -127,3 +144,17 @@ def test_killed_stages_are_retried_and_failed_ones_are_not():
     assert failure(1, "failed to run: python -m stages.train, exited with 2") is StageFailed
     assert failure(1, "failed to run: python -m stages.train, exited with 1") is StageFailed
     assert failure(255, "ERROR: unexpected error") is StageFailed
+
+
+def test_the_generation_summary_takes_the_deciding_gate_and_skips_what_is_not_a_number():
+    results = [
+        {"stage": "train-2", "metrics": {"window_rows": 300, "loss": {"total": 2.5}}},
+        # train.net's gate was skipped (a bigger champion): no games, no win rate.
+        {"stage": "gate-2", "metrics": {"win_rate": None, "skipped": "bigger champion"}},
+        {"stage": "gate-b4c32-2", "metrics": {"win_rate": 0.75}},
+        {"stage": "promote-2", "metrics": {"promoted": True, "decision": {"win_rate": 0.75}}},
+    ]
+    expected = {"window_rows": 300.0, "loss_total": 2.5, "gate_win_rate": 0.75, "promoted": 1.0}
+    assert generation_summary(results) == expected
+    results[-1]["metrics"] = {"promoted": False, "decision": {"win_rate": None}}
+    assert "gate_win_rate" not in generation_summary(results)

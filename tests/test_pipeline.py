@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from flows import pipeline
+from stages.lines import lines
 from stages.params import ParamsError, load_params
 from tests.conftest import REPO, make_run_repo, run_in
 
@@ -114,3 +115,46 @@ def test_dvc_repro_runs_the_run_then_nothing_then_only_what_changed(tmp_path):
     assert {r.data.params["train.lr_per_sample"] for r in ablation} == {"1e-05"}
     assert int(client.get_model_version_by_alias("tengen-lowlr", "candidate").version) == 2
     assert int(client.get_model_version_by_alias("tengen", "candidate").version) == 2
+
+
+def test_grown_nets_get_their_own_stages_from_their_generation():
+    raw = load_params(REPO / "params.yaml")
+    raw["run"]["grow"] = [{"net": "b6c96", "from": 1}, {"net": "b10c128", "from": 2}]
+    nets = lines(raw, "params.yaml")
+    assert [(x.net, x.start, x.rank) for x in nets] == [
+        (raw["train"]["net"], 0, 0), ("b6c96", 1, 1), ("b10c128", 2, 2)]  # fmt: skip
+    stages = pipeline.pipeline(3, nets=nets)["stages"]
+    assert "train-b6c96-0" not in stages and "train-b10c128-1" not in stages
+    assert list(stages)[-10:] == [
+        "train-2", "ema-2", "gate-2", "train-b6c96-2", "ema-b6c96-2", "gate-b6c96-2",
+        "train-b10c128-2", "ema-b10c128-2", "gate-b10c128-2", "promote-2"]  # fmt: skip
+    assert stages["train-b6c96-2"]["cmd"].endswith("--generation 2 --net b6c96")
+    assert stages["ema-b6c96-1"]["cmd"].endswith("--generation 1 --net b6c96 --fresh")
+    assert stages["promote-2"]["cmd"].endswith("--grown b6c96,b10c128")
+    # Only dvc.yaml reads run.grow: adding a net reruns its stages and the promotes only.
+    assert not any("run.grow" in str(stage.get("params")) for stage in stages.values())
+    assert "models/gen-1/b6c96/train" in stages["train-b6c96-2"]["deps"]
+    assert not any("gen-0/b6c96" in d for d in stages["train-b6c96-1"]["deps"])  # a fresh net
+    assert stages["train-b6c96-2"]["outs"] == ["models/gen-2/b6c96/train"]
+    promote_deps = stages["promote-2"]["deps"]
+    for path in ("reports/gate/gen-2.json", "reports/gate/gen-2-b6c96.json",
+                 "models/gen-2/b10c128/ema", "reports/train/gen-2-b10c128.json"):  # fmt: skip
+        assert path in promote_deps
+    made = {}
+    for name, stage in stages.items():
+        for out in stage["outs"] + stage.get("metrics", []):
+            path = out if isinstance(out, str) else next(iter(out))
+            assert path not in made, path
+            made[path] = name
+
+    for bad, message in (
+        ([{"net": "b99c1", "from": 1}], "unknown net"),
+        ([{"net": raw["train"]["net"], "from": 1}], "already one of the run's nets"),
+        ([{"net": "b6c96", "from": 0}], "generation >= 1"),
+        ([{"net": "b6c96"}], r"expected \{net"),
+        ([{"net": "b6c96", "from": 3}, {"net": "b10c128", "from": 2}], "start in order"),
+        ([{"net": "b10c128", "from": 1}, {"net": "b6c96", "from": 2}], "not bigger than b10c128"),
+    ):
+        raw["run"]["grow"] = bad
+        with pytest.raises(ParamsError, match=message):
+            lines(raw, "params.yaml")

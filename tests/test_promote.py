@@ -13,6 +13,7 @@ from nets.checkpoint import save
 from nets.config import net_config
 from nets.model import GoNet
 from stages import promote
+from stages.lines import size_of
 
 
 def _candidate(path, model_id):
@@ -37,7 +38,7 @@ def test_promotions_across_generations(tmp_path):
 
     # Generation 0 fails against uniform priors: still no champion.
     assert promote.run(io(0, False, previous=False)) == {
-        "generation": 0, "promoted": False, "champion": None}  # fmt: skip
+        "generation": 0, "promoted": False, "champion": None, "champion_net": None}  # fmt: skip
     assert promote.champion_path(tmp_path / "gen-0" / "champion") is None
     # Generation 1 passes: its candidate is the champion, byte for byte.
     assert promote.run(io(1, True))["champion"] == "cand-1"
@@ -128,3 +129,37 @@ def test_the_history_rows_and_the_champion_elo(tmp_path):
             reports=reports,
         ))  # fmt: skip
     assert not (tmp_path / "again").exists()
+
+
+def test_a_bigger_net_takes_over_and_is_never_given_back(tmp_path):
+    """Two nets train side by side: the bigger one's candidate that passes its gate becomes
+    the champion even when the smaller one passes too; after that a smaller candidate is not
+    eligible, whatever its gate says."""
+
+    def candidate(gen, net, passed):
+        torch.manual_seed(gen)
+        path = save(GoNet(net_config(net)), tmp_path / f"gen-{gen}/{net}/candidate.pt",
+                    {"model_id": f"gen-{gen}-{net}"})  # fmt: skip
+        return path, _decision(tmp_path / f"gate-{gen}-{net}.json", passed)
+
+    def generation(gen, small_passes, big_passes):
+        small, small_decision = candidate(gen, "b2c16", small_passes)
+        big, big_decision = candidate(gen, "b4c32", big_passes)
+        grown = (promote.Contender("b4c32", big, big_decision, tmp_path / "unused.json"),)
+        return promote.run(promote.PromoteIO(
+            gen, small, small_decision, tmp_path / f"gen-{gen}/champion",
+            tmp_path / f"gen-{gen - 1}/champion" if gen else None, grown=grown,
+        ))  # fmt: skip
+
+    assert generation(0, True, False)["champion"] == "gen-0-b2c16"
+    # Both pass: the bigger net takes over.
+    assert generation(1, True, True)["champion"] == "gen-1-b4c32"
+    promotion = json.loads((tmp_path / "gen-1/champion/promotion.json").read_text())
+    assert promotion["champion"]["net"] == "b4c32"
+    assert promotion["champion"]["parameters"] == size_of("b4c32") > size_of("b2c16")
+    assert set(promotion["decisions"]) == {"train.net", "b4c32"}
+    # Only the smaller passes: it may not replace a bigger champion.
+    result = generation(2, True, False)
+    assert result == {"generation": 2, "promoted": False, "champion": "gen-1-b4c32",
+                      "champion_net": "b4c32"}  # fmt: skip
+    assert generation(3, False, True)["champion"] == "gen-3-b4c32"

@@ -60,6 +60,16 @@ def test_set_generations_keeps_the_file(tmp_path):
     path.write_text("train: {net: b2c16}\n")
     with pytest.raises(ParamsError, match="no `run:` section"):
         runs.set_generations(path, 3)
+    # Only run's own key, not a nested or another section's one.
+    path.write_text("run:\n  serve:\n    generations: 5\n  generations: 3  # n\n"
+                    "other:\n  generations: 9\n")  # fmt: skip
+    runs.set_generations(path, 4)
+    assert path.read_text() == (
+        "run:\n  serve:\n    generations: 5\n  generations: 4  # n\nother:\n  generations: 9\n"
+    )
+    path.write_text("run:\n" + "    key: 1\n" * 200)
+    with pytest.raises(ParamsError, match="no `run:` section"):
+        runs.set_generations(path, 3)
 
 
 def test_completed_generations_counts_promotions(tmp_path):
@@ -97,14 +107,15 @@ def test_tengen_serve_serves_the_loop(tmp_path, prefect_api):
     repo = make_run_repo(tmp_path / "run", code_deps=False)
     env = dict(os.environ, PREFECT_API_URL=PREFECT_API_URL.value())
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
+    log = open(tmp_path / "serve.log", "w")  # noqa: SIM115 - the server writes to it
     server = subprocess.Popen(
         [sys.executable, "-m", "flows.cli", "serve", "--repo", str(repo), "--cron", "0 2 * * *"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )  # fmt: skip
     try:
         deadline = time.time() + 120
         while True:  # until the deployment is registered
-            assert server.poll() is None, server.stdout.read().decode()[-3000:]
+            assert server.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
             try:
                 flow_run = run_deployment("tengen-loop/tengen-run", timeout=0)
                 break
@@ -115,11 +126,50 @@ def test_tengen_serve_serves_the_loop(tmp_path, prefect_api):
         promoted = repo / "models/gen-0/champion/promotion.json"
         deadline = time.time() + 600
         while not promoted.exists() and time.time() < deadline:
-            assert server.poll() is None, server.stdout.read().decode()[-3000:]
+            assert server.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
             time.sleep(1)
     finally:
         os.killpg(server.pid, signal.SIGKILL)
         server.wait()
+        log.close()
     assert promoted.exists(), "the served loop did not train generation 0"
     # `more: 1` on a run with nothing promoted yet: one generation.
     assert load_params(repo / "params.yaml")["run"]["generations"] == 1
+
+
+def test_tengen_ui_serves_the_run_s_store(tmp_path):
+    import json
+    import socket
+    import urllib.request
+
+    (tmp_path / "params.yaml").write_text((REPO / "params.yaml").read_text())
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ui = subprocess.Popen(
+        [sys.executable, "-m", "flows.cli", "ui", "--repo", str(tmp_path), "--port", str(port)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}/api/2.0/mlflow/experiments/search?max_results=5"
+    try:
+        deadline = time.time() + 120
+        while True:
+            assert ui.poll() is None, "tengen ui exited"
+            try:
+                with urllib.request.urlopen(url, timeout=5) as reply:
+                    experiments = json.loads(reply.read())["experiments"]
+                break
+            except OSError:
+                assert time.time() < deadline, "the MLflow UI did not come up"
+                time.sleep(1)
+    finally:
+        os.killpg(ui.pid, signal.SIGKILL)
+        ui.wait()
+    assert experiments and (tmp_path / "mlflow.db").exists()  # the run's own store
+    # Tracking off: nothing to show, said plainly.
+    params = yaml.safe_load((tmp_path / "params.yaml").read_text())
+    params["mlflow"]["enabled"] = False
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    off = subprocess.run([sys.executable, "-m", "flows.cli", "ui", "--repo", str(tmp_path)],
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert off.returncode == 2 and "tracking is off" in off.stderr

@@ -111,3 +111,21 @@ def test_runs_of_dead_processes_are_closed_and_live_ones_kept(workspace):
     finally:
         live.kill()
         live.wait()
+
+
+def test_an_ablation_finds_a_candidate_registered_before_it(workspace, monkeypatch):
+    """Under `dvc exp run -S gate....` only gate and promote rerun: the candidate was
+    registered under the main name, and promote copies it into the experiment's model."""
+    raw = yaml.safe_load((workspace / "params.yaml").read_text())
+    tracker = tracking.open_tracker(raw, "params.yaml")
+    (workspace / "model").mkdir()
+    tracker.client.create_registered_model("tengen")
+    version = tracker.client.create_model_version("tengen", (workspace / "model").as_uri())
+    tracker.client.set_model_version_tag("tengen", version.version, "tengen.sha256", "abc")
+    assert tracker.version_of("abc").version == version.version
+    assert tracker.version_of("def") is None
+    monkeypatch.setenv("DVC_EXP_NAME", "gateoff")
+    ablation = tracking.open_tracker(raw, "params.yaml")
+    copied = ablation.version_of("abc")
+    assert copied.name == "tengen-gateoff" and copied.tags["tengen.sha256"] == "abc"
+    assert ablation.version_of("abc").version == copied.version  # found, not copied again
