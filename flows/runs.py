@@ -46,9 +46,9 @@ def merge(base: dict, change: dict, where: str = "") -> dict:
 
 
 def preset_params(name: str, base: Path) -> str:
-    """params.yaml's text for a preset: the base file's text with the preset's values put in
-    (written as YAML after a header naming the preset; the base's comments are in the
-    source tree's params.yaml)."""
+    """params.yaml's text for a preset: the base file's values with the preset's on top,
+    written as YAML after a header naming both and carrying the preset's comment lines (the
+    keys' own comments are in the source tree's params.yaml)."""
     path = PRESETS / f"{name}.yaml"
     if not path.is_file():
         raise ParamsError(f"no preset {name!r}; presets: {', '.join(presets())}")
@@ -56,6 +56,8 @@ def preset_params(name: str, base: Path) -> str:
         change = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as e:
         raise ParamsError(f"{path}: not valid YAML: {e}") from None
+    if not isinstance(change, dict):
+        raise ParamsError(f"{path}: expected a mapping of params.yaml sections")
     try:
         merged = merge(load_params(base), change)
     except ParamsError as e:

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from stages.atomic import sha256_file
-from stages.params import Section, load_params, section
+from stages.params import ParamsError, Section, load_params, section
 
 ENV_PARENT = "TENGEN_MLFLOW_PARENT"
 UNIFORM = "uniform"
@@ -115,6 +115,12 @@ class Tracker:
                 self.experiment_id = self.client.get_experiment_by_name(
                     params.experiment
                 ).experiment_id
+        elif exp.lifecycle_stage == "deleted":
+            raise ParamsError(
+                f"mlflow.experiment: {params.experiment!r} is deleted in {self.uri}; restore it "
+                f"(mlflow experiments restore --experiment-id {exp.experiment_id}) or name "
+                "another"
+            )
         else:
             self.experiment_id = exp.experiment_id
 

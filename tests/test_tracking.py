@@ -129,3 +129,11 @@ def test_an_ablation_finds_a_candidate_registered_before_it(workspace, monkeypat
     copied = ablation.version_of("abc")
     assert copied.name == "tengen-gateoff" and copied.tags["tengen.sha256"] == "abc"
     assert ablation.version_of("abc").version == copied.version  # found, not copied again
+
+
+def test_a_deleted_experiment_is_named_not_a_traceback(workspace):
+    raw = yaml.safe_load((workspace / "params.yaml").read_text())
+    tracker = tracking.open_tracker(raw, "params.yaml")
+    tracker.client.delete_experiment(tracker.experiment_id)
+    with pytest.raises(tracking.ParamsError, match="'tengen' is deleted.*restore it"):
+        tracking.open_tracker(raw, "params.yaml")
