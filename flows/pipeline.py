@@ -73,7 +73,7 @@ def stages_of(n: int, code_deps: bool = True, nets: list[Line] | None = None) ->
         },
     }
     window = f"data/windows/gen-{n}"
-    grown = []
+    judged = []  # what promote weighs: each net's decision, candidate and training report
     for line in active(nets, n):
         before = n > line.start
         flag = "" if line.primary else f" --net {line.net}" + ("" if before else " --fresh")
@@ -102,13 +102,13 @@ def stages_of(n: int, code_deps: bool = True, nets: list[Line] | None = None) ->
             "outs": [str(line.gate_games(n))],
             "metrics": [{str(line.report("gate", n)): {"cache": False}}],
         }
-        grown += [str(line.report("gate", n)), str(line.ema_dir(n)), str(line.report("train", n))]
+        judged += [str(line.report("gate", n)), str(line.ema_dir(n)), str(line.report("train", n))]
     others = ",".join(line.net for line in active(nets, n) if not line.primary)
     stages[f"promote-{n}"] = {
         "cmd": f"python -m stages.promote --generation {n}"
         + (f" --grown {others}" if others else ""),
         "deps": code("promote")
-        + grown
+        + judged
         + [f"reports/selfplay/gen-{n}.json"]
         + earlier("models/gen-{g}/champion")
         + earlier("reports/history/gen-{g}.json"),
