@@ -105,6 +105,6 @@ def test_missing_and_corrupt_inputs_name_the_stage(generations, tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "stages.shuffle", "--generation", "1", "--selfplay", str(broken),
          "--out", str(tmp_path / "w"), "--params", str(REPO / "params.yaml")],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
     )  # fmt: skip
     assert result.returncode == 2 and "rerun the selfplay stage for generation 1" in result.stderr

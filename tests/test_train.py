@@ -124,7 +124,7 @@ def test_missing_inputs_name_the_stage(window, tmp_path):
         [sys.executable, "-m", "stages.train", "--generation", "3", "--window",
          str(tmp_path / "none"), "--out", str(tmp_path / "o"), "--params",
          str(REPO / "params.yaml")],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
     )  # fmt: skip
     assert result.returncode == 2 and "run the shuffle stage first" in result.stderr
 
