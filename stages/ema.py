@@ -224,8 +224,8 @@ def track(tracked, io: EmaIO) -> None:
 
     path = io.out / "candidate.pt"
     model, meta = load(path)
-    lineage = window_lineage(tracked.tracker, io.window)
     _, manifest = window_files(io.window, stage="ema")
+    lineage = window_lineage(tracked.tracker, manifest)
     tracked.log_window(io.window, manifest, context="training")
     digest = model_digest(path)
     info = mlflow.pytorch.log_model(

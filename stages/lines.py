@@ -55,10 +55,6 @@ class Line:
     def gate_games(self, n: int) -> Path:
         return self.report("gate", n).with_suffix("")
 
-    def previous(self, n: int, path: Path | None) -> Path | None:
-        """`path` of generation N - 1, or None in this line's first generation."""
-        return path if n > self.start else None
-
 
 @functools.cache
 def size_of(net: str) -> int:

@@ -315,10 +315,9 @@ def main(argv: list[str] | None = None) -> int:
     return cli.finish("train", work, params=args.params, generation=args.generation, net=args.net)
 
 
-def window_lineage(tracker, window: Path) -> dict[str, str]:
-    """The tags that tie a model to its window: the window's digest, the shuffle run that
-    made it and the self-play runs it draws from (looked up by the window's digest)."""
-    _, manifest = window_files(window)
+def window_lineage(tracker, manifest: dict) -> dict[str, str]:
+    """The tags that tie a model to its window (its manifest): the window's digest, the
+    shuffle run that made it and the self-play runs it draws from (looked up by digest)."""
     digest = manifest.get("digest", "")
     tags = {"tengen.window_sha256": digest}
     runs = tracker.runs(
@@ -337,7 +336,7 @@ def track(tracked, io: TrainIO, metrics: dict) -> None:
     as a step (samples seen)."""
     _, manifest = window_files(io.window)
     tracked.log_window(io.window, manifest, context="training")
-    tracked.tag(window_lineage(tracked.tracker, io.window))
+    tracked.tag(window_lineage(tracked.tracker, manifest))
     for snap in metrics["snapshots"]:
         tracked.log_metrics(
             {f"snapshot.{k}": v for k, v in snap.items() if k not in ("snapshot", "samples")},
