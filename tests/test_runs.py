@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -85,7 +86,7 @@ def test_the_schedule_comes_from_the_command_line_or_params(tmp_path):
     dep = deployment(tmp_path)  # params.yaml: every 60 minutes, one generation each
     assert dep.parameters == {"repo": str(tmp_path.resolve()), "more": 1}
     [schedule] = dep.schedules
-    assert schedule.schedule.interval.total_seconds() == 3600
+    assert schedule.schedule.interval == timedelta(minutes=60)  # run.serve_interval_minutes
     assert dep.concurrency_limit == 1
     dep = deployment(tmp_path, cron="0 2 * * *", more=3)
     assert dep.schedules[0].schedule.cron == "0 2 * * *" and dep.parameters["more"] == 3
@@ -113,19 +114,20 @@ def test_tengen_serve_serves_the_loop(tmp_path, prefect_api):
         env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )  # fmt: skip
     try:
-        deadline = time.time() + 120
-        while True:  # until the deployment is registered
+        for _ in range(120):  # polls, a second apart, until the deployment is registered
             assert server.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
             try:
                 flow_run = run_deployment("tengen-loop/tengen-run", timeout=0)
                 break
             except Exception:  # not registered yet
-                assert time.time() < deadline, "tengen serve did not register its deployment"
                 time.sleep(1)
+        else:
+            pytest.fail("tengen serve did not register its deployment")
         assert flow_run.parameters == {"repo": str(repo.resolve()), "more": 1}
         promoted = repo / "models/gen-0/champion/promotion.json"
-        deadline = time.time() + 600
-        while not promoted.exists() and time.time() < deadline:
+        for _ in range(600):  # polls, a second apart, until generation 0 is promoted
+            if promoted.exists():
+                break
             assert server.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
             time.sleep(1)
     finally:
@@ -152,16 +154,16 @@ def test_tengen_ui_serves_the_run_s_store(tmp_path):
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}/api/2.0/mlflow/experiments/search?max_results=5"
     try:
-        deadline = time.time() + 120
-        while True:
+        for _ in range(120):  # polls, a second apart, until the UI answers
             assert ui.poll() is None, "tengen ui exited"
             try:
                 with urllib.request.urlopen(url, timeout=5) as reply:
                     experiments = json.loads(reply.read())["experiments"]
                 break
             except OSError:
-                assert time.time() < deadline, "the MLflow UI did not come up"
                 time.sleep(1)
+        else:
+            pytest.fail("the MLflow UI did not come up")
     finally:
         os.killpg(ui.pid, signal.SIGKILL)
         ui.wait()
