@@ -55,8 +55,8 @@ def gtp(
     seed: Annotated[int | None, typer.Option(help="Random seed, for reproducible games.")] = None,
 ) -> None:
     """Speak GTP v2 on stdin/stdout (for Sabaki, GoGui, gogui-twogtp, KGS, GNU Go matches)."""
-    from gocore.gtp import GtpEngine
-    from gocore.players import make_player
+    from play.gtp import GtpEngine
+    from play.players import make_player
 
     try:
         chosen = make_player(player, seed=seed)
@@ -105,8 +105,8 @@ def match(
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from gocore.match import Match, MatchConfig
     from gocore.rules import max_fixed_handicap
+    from play.match import Match, MatchConfig
 
     if handicap and not 2 <= handicap <= max_fixed_handicap(size):
         raise typer.BadParameter(
@@ -161,8 +161,8 @@ def match(
 
 
 def _show_final_position(sgf_path: Path, console) -> None:
-    from gocore.gtp import board_diagram
-    from gocore.sgf import read_sgf, replay
+    from play.gtp import board_diagram
+    from play.sgf import read_sgf, replay
 
     record = read_sgf(sgf_path)
     console.print(board_diagram(replay(record)), highlight=False)

@@ -23,13 +23,23 @@ SHARED = [
     "stages/lines.py",
 ]
 CODE = {
-    "selfplay": ["gocore", "nets", "stages/selfplay.py", "stages/rows.py", "stages/promote.py"],
+    "selfplay": [
+        "gocore",
+        "nets",
+        "play/sgf.py",
+        "play/game.py",
+        "stages/selfplay.py",
+        "stages/rows.py",
+        "stages/promote.py",
+    ],
     "shuffle": ["stages/shuffle.py", "stages/rows.py", "gocore/features.py"],
     "train": ["nets", "stages/train.py", "stages/rows.py", "gocore/features.py"],
     "ema": ["nets", "stages/ema.py", "stages/train.py", "stages/rows.py", "gocore/features.py"],
     "gate": [
         "gocore",
         "nets",
+        "play/sgf.py",
+        "play/game.py",
         "stages/gate.py",
         "stages/selfplay.py",
         "stages/promote.py",

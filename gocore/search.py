@@ -235,12 +235,17 @@ def select_leaf(t, g, root_board, gb, leaves, lg, params):
     visit to every node on the path. A terminal node reached again is its own leaf."""
     copy_game(root_board, gb, leaves, lg)
     n = ROOT
-    t.pending[g, n] += 1
     total = t.visits[g, ROOT]
     while True:
         if t.terminal[g, n] or t.first_edge[g, n] == UNVISITED:
+            t.pending[g, n] += 1
             return n  # a terminal node, or one selected by another leaf this step
+        # The edge is chosen before this walk's own virtual visit lands on n: counted first,
+        # it would be a loss in n's value and so a win in every unvisited child's first-play
+        # urgency (about +1 / visits: +0.5 at one visit), and the tree would explore far wider
+        # than PUCT intends. Other walks in flight still count.
         e = select_edge(t, g, n, params, n == ROOT, total)
+        t.pending[g, n] += 1
         move = t.edge_move[g, e]
         play_legal(leaves, lg, move, leaves.to_move[lg])
         child = t.edge_child[g, e]
@@ -255,7 +260,6 @@ def select_leaf(t, g, root_board, gb, leaves, lg, params):
                 t.terminal[g, child] = 1
             return child
         n = child
-        t.pending[g, n] += 1
 
 
 @kernel

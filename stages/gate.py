@@ -24,8 +24,8 @@ from gocore import search as S
 from gocore.arena import MatchGame, play_match
 from gocore.board import PASS, point_xy
 from gocore.rules import PRESETS
-from gocore.sgf import GameRecord, save_sgf
 from nets.checkpoint import CheckpointError, load
+from play.sgf import GameRecord, save_sgf
 from stages import cli
 from stages.atomic import output_dir, write_json
 from stages.cli import InputError

@@ -32,7 +32,7 @@ from gocore.selfplay import (
     SelfPlayConfig,
     UniformNet,
 )
-from gocore.sgf import GameRecord, save_sgf
+from play.sgf import GameRecord, save_sgf
 from stages import cli, tracking
 from stages.atomic import output_dir, write_json
 from stages.params import ParamsError, Section, device_of, load_params, section

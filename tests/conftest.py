@@ -16,8 +16,8 @@ if not os.environ.get("TENGEN_GPU"):
 import pytest  # noqa: E402
 
 from gocore.board import BLACK, WHITE  # noqa: E402
-from gocore.game import Game  # noqa: E402
 from gocore.rules import PRESETS, Rules  # noqa: E402
+from play.game import Game  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 # Real game records (from ../shared/data/sgf, copied here so that a bare checkout has them).

@@ -8,9 +8,9 @@ import pytest
 
 from gocore import board as gb
 from gocore.board import BLACK, PASS, WHITE
-from gocore.game import Game
 from gocore.playout import new_rng, play_out_all, random_games
 from gocore.rules import PRESETS
+from play.game import Game
 
 
 def random_batch(games: int, size: int, seed: int, moves: int) -> gb.Boards:

@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 
 from gocore import board as gb
 from gocore.board import BLACK, WHITE
-from gocore.game import Game
 from gocore.rules import PRESETS
+from play.game import Game
 from tests.reference_rules import ReferenceGame
 
 PRESET_NAMES = sorted(PRESETS)

@@ -8,10 +8,10 @@ import pytest
 
 from gocore import features as F
 from gocore.board import BLACK, PASS, WHITE, legal_all, new_boards, point, point_xy
-from gocore.game import Game
-from gocore.gtp import format_vertex, parse_vertex
 from gocore.playout import new_rng
 from gocore.rules import PRESETS
+from play.game import Game
+from play.gtp import format_vertex, parse_vertex
 from tests.conftest import TRIPLE_KO_CYCLE, game_from_diagram, ko_position, triple_ko_game
 
 
@@ -343,7 +343,7 @@ def test_ladders_agree_with_gnugo_ladder_attack(gnugo_path, size, games):
     where the defender captures its way into a ko is still read differently (we give kos to
     the defender, as KataGo does; GNU Go does not): about 1 chain in 500 on these positions,
     hence the 1% tolerance."""
-    from gocore.match import GtpClient
+    from play.match import GtpClient
 
     gnu = GtpClient(f"{gnugo_path} --mode gtp --chinese-rules", label="gnugo")
     rng = new_rng(1, size)

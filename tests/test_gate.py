@@ -14,10 +14,10 @@ from gocore.arena import play_match
 from gocore.board import point_xy
 from gocore.rules import PRESETS
 from gocore.selfplay import UniformNet
-from gocore.sgf import read_sgf, replay
 from nets.checkpoint import save
 from nets.config import net_config
 from nets.model import GoNet
+from play.sgf import read_sgf, replay
 from stages import gate
 from stages.selfplay import SearchSection
 

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from gocore.board import BLACK, WHITE
-from gocore.game import Game
-from gocore.gtp import format_vertex, parse_vertex
-from gocore.match import GtpClient
 from gocore.rules import PRESETS, fixed_handicap_points, max_fixed_handicap
+from play.game import Game
+from play.gtp import format_vertex, parse_vertex
+from play.match import GtpClient
 
 pytestmark = pytest.mark.gnugo
 

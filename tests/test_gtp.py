@@ -8,10 +8,10 @@ import subprocess
 import pytest
 
 from gocore.board import BLACK, WHITE
-from gocore.gtp import GtpEngine, format_vertex, parse_vertex
-from gocore.players import RandomPlayer
 from gocore.rules import PRESETS
-from gocore.sgf import read_sgf
+from play.gtp import GtpEngine, format_vertex, parse_vertex
+from play.players import RandomPlayer
+from play.sgf import read_sgf
 from tests.conftest import SHARED_SGF, run_cli, tengen_command
 
 

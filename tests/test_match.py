@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-from gocore.match import Match, MatchConfig, wilson_interval
 from gocore.rules import PRESETS
-from gocore.sgf import read_sgf, replay
+from play.match import Match, MatchConfig, wilson_interval
+from play.sgf import read_sgf, replay
 from tests.conftest import REPO, run_cli, tengen_command
 
 STUBBORN = f"{sys.executable} {REPO / 'tests' / 'engines' / 'stubborn.py'}"

@@ -7,7 +7,6 @@ import pytest
 
 from gocore import board as gb
 from gocore.board import BLACK, EMPTY, WHITE
-from gocore.game import Game, IllegalMoveError
 from gocore.rules import (
     PRESETS,
     Rules,
@@ -16,6 +15,7 @@ from gocore.rules import (
     max_fixed_handicap,
     parse_rules,
 )
+from play.game import Game, IllegalMoveError
 from tests.conftest import (
     TRIPLE_KO_CYCLE,
     diagram_of,

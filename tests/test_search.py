@@ -170,6 +170,54 @@ def test_puct_selection_matches_the_reference(params):
     assert checked > 20
 
 
+@pytest.mark.parametrize(
+    "params",
+    [
+        S.SearchParams(forced_playouts_k=0.0),
+        S.SearchParams(fpu_reduction=0.0, forced_playouts_k=0.0),
+        S.SearchParams(),
+    ],
+    ids=["fpu-0.2", "fpu-0", "forced"],
+)
+def test_a_walk_follows_the_formula_without_its_own_virtual_loss(params):
+    """Each walk of a real select_all picks, at every node on its path, the edge that PUCT
+    with first-play urgency gives for the tree as it was before the walk: the walk's own
+    virtual visit must not count as a loss in the parent's value (which would value every
+    unvisited child at about +1 / visits more and widen the tree)."""
+    roots = gb.new_boards(2, 7, max_moves=200)
+    tree = S.new_tree(2, 200, 200 * roots.color.shape[1])
+    leaves = S.new_leaves(roots, 1)
+    evaluate = random_evaluator(4)
+    walks = first_visits = 0
+    for _ in range(60):
+        expected = []
+        for g in range(2):
+            path, n = [], S.ROOT
+            while tree.first_edge[g, n] >= 0 and not tree.terminal[g, n]:
+                e = reference_select(tree, g, n, params, n == S.ROOT)
+                path.append(e)
+                n = tree.edge_child[g, e]
+                if n < 0:
+                    break
+            expected.append(path)
+        S.select_all(tree, roots, leaves, params, np.ones(2, np.int64))
+        for g in range(2):
+            got, n = [], int(tree.leaf[g, 0])
+            while tree.parent[g, n] >= 0:
+                parent = tree.parent[g, n]
+                start, count = tree.first_edge[g, parent], tree.num_edges[g, parent]
+                got.append(next(e for e in range(start, start + count)
+                                if tree.edge_child[g, e] == n))  # fmt: skip
+                n = parent
+            assert got[::-1] == expected[g]
+            walks += 1
+            first_visits += len(expected[g]) == 1
+        S.expand_and_backup_all(tree, leaves, *evaluate(leaves))
+    assert not tree.pending.any()
+    # The walks went below the root, so first-play urgency at inner nodes was exercised.
+    assert walks - first_visits > 40
+
+
 def test_virtual_loss_spreads_the_leaves_of_one_step():
     roots = gb.new_boards(1, 9, max_moves=200)
     tree = S.new_tree(1, 100, 100 * roots.color.shape[1], leaves_per_game=4)

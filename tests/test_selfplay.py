@@ -22,10 +22,10 @@ from gocore import features as F
 from gocore import search as S
 from gocore import selfplay as SP
 from gocore.board import BLACK, WHITE
-from gocore.sgf import read_sgf, replay
 from nets import checkpoint
 from nets.config import net_config
 from nets.model import GoNet
+from play.sgf import read_sgf, replay
 from stages import rows as R
 from stages import selfplay as stage
 from stages.params import ParamsError, load_params, section

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from gocore.board import BLACK, WHITE
-from gocore.game import Game
 from gocore.rules import PRESETS
-from gocore.sgf import (
+from play.game import Game
+from play.sgf import (
     GameRecord,
     SgfError,
     parse_sgf,

@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from gocore import features as F
-from gocore.sgf import read_sgf, replay
 from nets.checkpoint import load
 from nets.losses import LossWeights
+from play.sgf import read_sgf, replay
 from stages import rows as R
 from stages import shuffle, train
 from tests.conftest import REPO

@@ -3,9 +3,9 @@ on the board dead, so the two engines never agree and the referee must decide.""
 
 import sys
 
-from gocore.gtp import GtpEngine
-from gocore.players import RandomPlayer
 from gocore.rules import PRESETS
+from play.gtp import GtpEngine
+from play.players import RandomPlayer
 
 
 class Liar(GtpEngine):

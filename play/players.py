@@ -10,8 +10,8 @@ from typing import Protocol
 
 import numpy as np
 
-from gocore.game import Game, Move
 from gocore.playout import new_rng
+from play.game import Game, Move
 
 RESIGN = "resign"
 

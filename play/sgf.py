@@ -14,8 +14,8 @@ from pathlib import Path
 from sgfmill import sgf as sgfmill_sgf
 
 from gocore.board import BLACK, MAX_SIZE, MIN_SIZE, WHITE
-from gocore.game import Game, IllegalMoveError, Move, Point
 from gocore.rules import Rules, rules_from_sgf
+from play.game import Game, IllegalMoveError, Move, Point
 
 _COLOUR = {"b": BLACK, "w": WHITE}
 _SGF_COLOUR = {BLACK: "b", WHITE: "w"}

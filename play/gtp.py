@@ -16,10 +16,10 @@ from collections.abc import Callable
 from typing import TextIO
 
 from gocore.board import BLACK, MAX_SIZE, MIN_SIZE, WHITE
-from gocore.game import Game, IllegalMoveError, Move, Point
-from gocore.players import RESIGN, Player
 from gocore.rules import Rules, RulesError, fixed_handicap_points, max_fixed_handicap, parse_rules
-from gocore.sgf import SgfError, read_sgf, record_from_game, replay, write_sgf
+from play.game import Game, IllegalMoveError, Move, Point
+from play.players import RESIGN, Player
+from play.sgf import SgfError, read_sgf, record_from_game, replay, write_sgf
 
 COLUMNS = "ABCDEFGHJKLMNOPQRSTUVWXYZ"  # GTP skips I
 _VERTEX = re.compile(r"^([A-HJ-Za-hj-z])(\d{1,2})$")

@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from gocore.board import BLACK, WHITE
-from gocore.game import Game, IllegalMoveError, Point
-from gocore.gtp import GtpError, format_score, format_vertex, parse_vertex
 from gocore.rules import Rules, fixed_handicap_points
-from gocore.sgf import record_from_game, save_sgf
+from play.game import Game, IllegalMoveError, Point
+from play.gtp import GtpError, format_score, format_vertex, parse_vertex
+from play.sgf import record_from_game, save_sgf
 
 
 class EngineFailure(RuntimeError):
