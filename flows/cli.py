@@ -44,29 +44,124 @@ def _rules(name: str, komi: float | None):
         raise typer.BadParameter(str(e), param_hint="--rules") from None
 
 
+def _params_file(given: Path | None) -> Path:
+    """params.yaml: the one given, else the working folder's, else the source tree's."""
+    if given is not None:
+        return given
+    here = Path("params.yaml")
+    return here if here.is_file() else Path(__file__).resolve().parent.parent / "params.yaml"
+
+
+def net_player(
+    model: str,
+    *,
+    visits: int | None,
+    seconds: float | None,
+    device: str,
+    threads: int,
+    leaves: int | None,
+    resign_below: float | None,
+    resign_after: int,
+    seed: int | None,
+    params_path: Path | None,
+):
+    """The network player for `model`, its search knobs from params.yaml's gate section;
+    typer.BadParameter (exit status 2) for anything that cannot be played."""
+    import torch
+
+    from nets.checkpoint import CheckpointError
+    from play.models import ModelError, load_evaluator, resolve
+    from play.netplayer import NetPlayer
+    from stages import tracking
+    from stages.gate import GateParams
+    from stages.params import ParamsError, load_params, section
+
+    if threads < 1:
+        raise typer.BadParameter("must be >= 1", param_hint="--threads")
+    # One thread each: an engine beside another CPU job (GNU Go in a match, a second engine)
+    # with torch's default threads was measured 20-100x slower.
+    torch.set_num_threads(threads)
+    source = _params_file(params_path)
+    try:
+        raw = load_params(source)
+        gate = section(raw, "gate", GateParams, source=source)
+        store = tracking.settings(raw, source)
+    except ParamsError as e:
+        raise typer.BadParameter(str(e), param_hint="--params") from None
+    uri = tracking.store_uri(store, Path.cwd()) if store is not None else None
+    try:
+        path = resolve(model, tracking_uri=uri)
+        net, model_id = load_evaluator(path, device=device)
+        return NetPlayer(
+            net,
+            params=gate.search.params(),
+            visits=visits if visits is not None or seconds is not None else 400,
+            seconds=seconds,
+            leaves_per_game=leaves or gate.leaves_per_game,
+            resign_below=resign_below,
+            resign_after=resign_after,
+            seed=0 if seed is None else seed,
+            model_id=model_id,
+        )
+    except (ModelError, CheckpointError, ValueError) as e:
+        raise typer.BadParameter(str(e), param_hint="--model") from None
+
+
 @app.command()
 def gtp(
     rules: Annotated[
         str, typer.Option(help="Rules preset, KataGo shorthand or JSON.")
     ] = "tromp-taylor",
-    player: Annotated[str, typer.Option(help="Who chooses the moves.")] = "random",
+    model: Annotated[
+        str | None,
+        typer.Option(
+            help="The net to play: a checkpoint, a run folder (its newest champion) or an "
+            "MLflow model URI (models:/tengen@champion). Without it, --player plays."
+        ),
+    ] = None,
+    visits: Annotated[
+        int | None, typer.Option(help="Visits per move (default 400 without --seconds).")
+    ] = None,
+    seconds: Annotated[
+        float | None, typer.Option(help="Seconds per move at most (the clock may allow less).")
+    ] = None,
+    device: Annotated[str, typer.Option(help="Where the net runs: cpu or cuda.")] = "cpu",
+    threads: Annotated[int, typer.Option(help="torch CPU threads of this engine.")] = 1,
+    leaves: Annotated[
+        int | None, typer.Option(help="Leaves per network batch (default: gate.leaves_per_game).")
+    ] = None,
+    resign_below: Annotated[
+        float | None, typer.Option(help="Resign when the win rate falls below this (off).")
+    ] = None,
+    resign_after: Annotated[int, typer.Option(help="No resignation before this move.")] = 20,
+    params: Annotated[
+        Path | None, typer.Option(help="params.yaml for the search knobs (its gate section).")
+    ] = None,
+    player: Annotated[str, typer.Option(help="Who chooses the moves without --model.")] = "random",
     size: Annotated[int, typer.Option(help="Board size until `boardsize` says otherwise.")] = 19,
     komi: Annotated[float | None, typer.Option(help="Komi (default: the preset's).")] = None,
     seed: Annotated[int | None, typer.Option(help="Random seed, for reproducible games.")] = None,
 ) -> None:
-    """Speak GTP v2 on stdin/stdout (for Sabaki, GoGui, gogui-twogtp, KGS, GNU Go matches)."""
+    """Speak GTP v2 on stdin/stdout (for Sabaki, GoGui, Lizzie, gogui-twogtp, KGS, GNU Go)."""
     from play.gtp import GtpEngine
     from play.players import make_player
 
-    try:
-        chosen = make_player(player, seed=seed)
-    except ValueError as e:
-        raise typer.BadParameter(str(e), param_hint="--player") from None
     if not 2 <= size <= 19:
         raise typer.BadParameter("board size must be 2..19", param_hint="--size")
-    engine = GtpEngine(
-        chosen, rules=_rules(rules, komi), size=size, version=_version(), log=sys.stderr
-    )
+    the_rules = _rules(rules, komi)
+    if model is not None:
+        chosen = net_player(
+            model, visits=visits, seconds=seconds, device=device, threads=threads,
+            leaves=leaves, resign_below=resign_below, resign_after=resign_after, seed=seed,
+            params_path=params,
+        )  # fmt: skip
+    else:
+        try:
+            chosen = make_player(player, seed=seed)
+        except ValueError as e:
+            raise typer.BadParameter(str(e), param_hint="--player") from None
+    version = _version() + (f" {chosen.model_id}" if model is not None else "")
+    engine = GtpEngine(chosen, rules=the_rules, size=size, version=version, log=sys.stderr)
     if seed is not None:
         engine.seed = seed
     # Bytes that are not UTF-8 must not kill the engine: they become U+FFFD and, at worst,

@@ -1,9 +1,13 @@
 """Matches between two networks, many games in lockstep: the gate (candidate against champion)
 and evaluations. Each move is a fresh search of `visits` visits in which every leaf is
 evaluated by the network of the player to move at its game's root; no noise, no forced
-playouts; the move is drawn from the visits with a temperature decaying from
+playouts (so no root-only first-play urgency either: the paper's c_FPU = 0 at the root goes
+with noise); the utility is the win value plus the score utility of Appendix F around the
+root's expected score; the move is drawn from the visits with a temperature decaying from
 `temperature_start` to `temperature_end` (so that games differ), and games are scored by
 their rules with pass-alive cleanup, as in self-play.
+
+`LeafEvaluator` is the search's evaluate over networks, shared with the GTP engine's player.
 
 The networks are gocore's evaluator callables (see gocore.selfplay); gocore never imports
 torch.
@@ -19,7 +23,7 @@ import numpy as np
 
 from gocore import features as F
 from gocore import search as S
-from gocore.board import BLACK, new_boards
+from gocore.board import BLACK, PASS, Boards, new_boards
 from gocore.rules import Rules
 from gocore.selfplay import final_score, net_rows, play_some
 
@@ -38,6 +42,100 @@ class MatchGame:
         if self.black_lead == 0:
             return 0.5
         return 1.0 if (self.black_lead > 0) == self.a_is_black else 0.0
+
+
+class LeafEvaluator:
+    """The search's `evaluate(leaves)` over networks: every leaf board encoded under a random
+    symmetry, each leaf's rows run through the net its game is assigned (`net_of_game()`, [G]
+    indices into `nets`, read at every call), the policy mapped back to the board's points,
+    and the leaves' utilities formed as the self-play driver forms them: win value plus the
+    expected score utility around `tree.centre` (set to each root's expected score once the
+    root has been evaluated, by `update_centres`).
+
+    With `ownership`, the mean over every evaluated leaf of the net's ownership, from Black's
+    side, is kept per game (`ownership_sum / ownership_count`): each visit backs up one leaf,
+    so this is the search's own ownership average at the root, as KataGo reports it.
+    """
+
+    def __init__(
+        self,
+        nets: list[Callable],
+        leaves: Boards,
+        tree: S.Tree,
+        *,
+        leaves_per_game: int,
+        score_utility: float,
+        rng: np.random.Generator,
+        net_of_game: Callable[[], np.ndarray] | None = None,
+        ownership: bool = False,
+    ):
+        self.nets = nets
+        self.tree = tree
+        self.per = leaves_per_game
+        self.score_utility = score_utility
+        self.rng = rng
+        self.net_of_game = net_of_game
+        self.tensor = int(leaves.size.max())
+        b = leaves.games
+        self.work = F.new_work(leaves)
+        self.planes = np.zeros((b, F.N_PLANES, self.tensor, self.tensor), np.float32)
+        self.glob = np.zeros((b, F.N_GLOBALS), np.float32)
+        self.evaluations = 0
+        games = b // leaves_per_game
+        self.ownership_sum = np.zeros((games, leaves.color.shape[1])) if ownership else None
+        self.ownership_count = np.zeros(games, np.int64)
+
+    def __call__(self, leaves: Boards):
+        b = leaves.games
+        t = self.tensor
+        symmetry = self.rng.integers(0, 8, b)
+        F.encode_all(leaves, self.work, self.planes, self.glob, symmetry)
+        legal = F.legal_tensor_all(leaves, t, symmetry)
+        policy_t = np.zeros((b, t * t + 1), np.float32)
+        value = np.zeros((b, 3), np.float32)
+        score_mean = np.zeros(b, np.float32)
+        score_stdev = np.zeros(b, np.float32)
+        outputs = {"policy": policy_t, "value": value, "score_mean": score_mean,
+                   "score_stdev": score_stdev}  # fmt: skip
+        ownership_t = None
+        if self.ownership_sum is not None:
+            ownership_t = np.zeros((b, t, t), np.float32)
+            outputs["ownership"] = ownership_t
+        # Only leaves that a walk selected this step: the rest of the buffer is stale.
+        selected = (self.tree.leaf >= 0).reshape(-1)
+        of_game = (
+            np.zeros(b // self.per, np.int64) if self.net_of_game is None else self.net_of_game()
+        )
+        of_leaf = np.repeat(of_game, self.per)
+        for i, net in enumerate(self.nets):
+            net_rows(net, self.planes, self.glob, legal, np.flatnonzero(selected & (of_leaf == i)),
+                     outputs)  # fmt: skip
+        self.evaluations += int(selected.sum())
+        policy = F.policy_all(leaves, policy_t, symmetry)
+        win = value[:, 0] - value[:, 1]
+        mover = np.where(leaves.to_move == BLACK, 1.0, -1.0)
+        black_mean = mover * score_mean
+        centre = np.repeat(self.tree.centre, self.per)
+        utility = win + S.expected_score_utility(
+            black_mean, score_stdev, centre, leaves.size, leaves.to_move, self.score_utility
+        )
+        if ownership_t is not None:
+            flat = np.concatenate([ownership_t.reshape(b, t * t), np.zeros((b, 1), np.float32)], 1)
+            black = F.policy_all(leaves, flat, symmetry) * mover[:, None].astype(np.float32)
+            black[:, PASS] = 0.0
+            rows = np.flatnonzero(selected)
+            np.add.at(self.ownership_sum, rows // self.per, black[rows])
+            np.add.at(self.ownership_count, rows // self.per, 1)
+        return policy, utility, win, black_mean.astype(np.float32)
+
+    def update_centres(self) -> None:
+        """Roots evaluated for the first time get their expected score as the score utility's
+        centre (as in self-play)."""
+        t = self.tree
+        fresh = np.isnan(t.centre) & (t.visits[:, S.ROOT] > 0)
+        if fresh.any():
+            _, _, black_lead = S.root_values(t)
+            t.centre[fresh] = black_lead[fresh]
 
 
 def play_match(
@@ -62,34 +160,25 @@ def play_match(
     max_moves = max(8, math.ceil(max_moves_per_area * size * size))
     roots = new_boards(games, size, rules, max_moves=max_moves + 1)
     leaves = S.new_leaves(roots, leaves_per_game)
-    work = F.new_work(leaves)
     root_work = F.new_work(roots)
-    b = leaves.games
-    planes = np.zeros((b, F.N_PLANES, size, size), np.float32)
-    glob = np.zeros((b, F.N_GLOBALS), np.float32)
-    game_of_leaf = np.arange(b) // leaves_per_game
     cells = roots.color.shape[1]
     nodes = visits + leaves_per_game + 2
-
-    def evaluate(leaf_boards):
-        symmetry = rng.integers(0, 8, b)
-        F.encode_all(leaf_boards, work, planes, glob, symmetry)
-        legal = F.legal_tensor_all(leaf_boards, size, symmetry)
-        a_moves = (roots.to_move[game_of_leaf] == BLACK) == a_is_black[game_of_leaf]
-        policy = np.zeros((b, size * size + 1), np.float32)
-        value = np.zeros((b, 3), np.float32)
-        outputs = {"policy": policy, "value": value}
-        net_rows(net_a, planes, glob, legal, np.flatnonzero(a_moves), outputs)
-        net_rows(net_b, planes, glob, legal, np.flatnonzero(~a_moves), outputs)
-        return F.policy_all(leaf_boards, policy, symmetry), value[:, 0] - value[:, 1]
+    tree = S.new_tree(games, nodes, nodes * (size * size + 1), leaves_per_game, cells)
+    evaluate = LeafEvaluator(
+        [net_a, net_b], leaves, tree, leaves_per_game=leaves_per_game,
+        score_utility=params.score_utility, rng=rng,
+        net_of_game=lambda: np.where((roots.to_move == BLACK) == a_is_black, 0, 1),
+    )  # fmt: skip
 
     over = np.zeros(games, np.bool_)
     while not over.all():
-        tree = S.new_tree(games, nodes, nodes * (size * size + 1), leaves_per_game, cells)
+        S.reset_all(tree)
         tree.explore[:] = 0  # no forced playouts: the visits are the search's own
+        tree.centre[:] = np.nan
         S.search(
             roots, evaluate, np.where(over, 0, visits), params=params,
             leaves_per_game=leaves_per_game, tree=tree, leaves=leaves,
+            on_step=evaluate.update_centres,
         )  # fmt: skip
         playing = np.flatnonzero(~over)
         counts, _ = S.policy_targets_all(tree, params, cells)

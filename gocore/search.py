@@ -802,6 +802,8 @@ def search(
     leaves: Boards | None = None,
     noise_rng: np.ndarray | None = None,
     noise_games: np.ndarray | bool = True,
+    on_step=None,
+    stop=None,
 ) -> Tree:
     """Run the search until every root g has `visits` (or visits[g]) visits (its own
     evaluation and visits kept from a reused tree included), fewer in a game whose tree fills
@@ -810,7 +812,9 @@ def search(
     `expand_and_backup_all`, for the leaf boards: the network through gocore.features, or
     anything else with that shape. With `noise_rng` ([G] uint64), the roots of `noise_games`
     get Dirichlet noise once expanded; forced playouts go to the roots of `noise_games` (of
-    every game without noise_rng)."""
+    every game without noise_rng). `on_step()` is called after every step (the caller's
+    bookkeeping, such as the score utility's centre); the search also ends once `stop()`
+    returns true (a deadline, a decided move)."""
     games = roots.games
     area = roots.color.shape[1]
     visits = np.broadcast_to(np.asarray(visits, np.int64), (games,))
@@ -827,13 +831,15 @@ def search(
         nonlocal full
         full |= (budget > 0) & (tree.leaf < 0).all(axis=1)
         expand_and_backup_all(tree, leaves, *evaluate(leaves))
+        if on_step is not None:
+            on_step()
 
     if noise_rng is not None:
         step((tree.first_edge[:, ROOT] < 0).astype(np.int64))  # expand fresh roots first
         add_noise_all(tree, noise_rng, noise_games)
     while True:
         remaining = np.where(full, 0, visits - tree.visits[:, ROOT])
-        if remaining.max() <= 0:
+        if remaining.max() <= 0 or (stop is not None and stop()):
             return tree
         step(np.clip(remaining, 0, leaves_per_game))
 

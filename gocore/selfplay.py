@@ -321,11 +321,13 @@ def final_score(b: Boards, work: F.FeatureWork, g: int) -> tuple[float, np.ndarr
 
 def net_rows(net, planes, glob, legal, rows: np.ndarray, out: dict[str, np.ndarray]) -> None:
     """Run `net` on the given rows of the feature buffers; each of its outputs named in `out`
-    is written into that array at those rows."""
+    is written into that array at those rows (an output the net lacks, such as the score of a
+    stand-in with no score head, stays as it was)."""
     if len(rows):
         result = net(planes[rows], glob[rows], legal=legal[rows])
         for name, array in out.items():
-            array[rows] = result[name]
+            if name in result:
+                array[rows] = result[name]
 
 
 def play_some(b: Boards, moves: np.ndarray, which: np.ndarray) -> None:

@@ -1,7 +1,8 @@
-"""Move choosers the GTP engine plays with. Until a network exists, the random player.
+"""Move choosers the GTP engine plays with: the random player here, the network with the search
+in play.netplayer.
 
-A player gets the game and the colour to move and returns a point, None (pass) or RESIGN.
-Later issues add the network with the search; the GTP engine does not change.
+A player gets the game and the colour to move and returns a point, None (pass) or RESIGN;
+`seconds` is the clock's budget for the move (None: no limit).
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ RESIGN = "resign"
 class Player(Protocol):
     name: str
 
-    def genmove(self, game: Game, color: int, *, cleanup: bool = False) -> Move | str:
+    def genmove(
+        self, game: Game, color: int, *, cleanup: bool = False, seconds: float | None = None
+    ) -> Move | str:
         """The move to play; `cleanup` asks not to pass while dead opponent stones remain."""
         ...
 
@@ -37,7 +40,9 @@ class RandomPlayer:
     def set_seed(self, seed: int) -> None:
         self._rng = new_rng(1, int(seed) % (1 << 63))
 
-    def genmove(self, game: Game, color: int, *, cleanup: bool = False) -> Move | str:
+    def genmove(
+        self, game: Game, color: int, *, cleanup: bool = False, seconds: float | None = None
+    ) -> Move | str:
         # The random player never passes while it has a move, so cleanup changes nothing.
         if len(game.moves) >= game.b.max_moves:
             return None

@@ -20,7 +20,6 @@ from pathlib import Path
 import numpy as np
 from pydantic import Field
 
-from gocore import search as S
 from gocore.arena import MatchGame, play_match
 from gocore.board import PASS, point_xy
 from gocore.rules import PRESETS
@@ -30,9 +29,9 @@ from stages import cli
 from stages.atomic import output_dir, write_json
 from stages.cli import InputError
 from stages.lines import line_for, size_of
-from stages.params import Section, device_of, load_params, section
+from stages.params import MatchSearchSection, Section, device_of, load_params, section
 from stages.promote import previous_champion
-from stages.selfplay import SearchSection, load_net
+from stages.selfplay import load_net
 from stages.tracking import model_digest
 
 
@@ -50,7 +49,7 @@ class GateParams(Section):
     komi: float
     temperature_start: float = Field(gt=0)
     temperature_end: float = Field(gt=0)
-    search: SearchSection
+    search: MatchSearchSection
     seed: int
 
 
@@ -96,7 +95,7 @@ def run(params: GateParams, io: GateIO) -> dict:
     champion, champion_id = load_net(io.champion, io.device, params.seed)
     needed = params.win_fraction * params.games
     rules = PRESETS[params.rules].with_komi(params.komi)
-    search = S.SearchParams(**params.search.model_dump())
+    search = params.search.params()
     games: list[MatchGame] = []
     wins = 0.0
     outcome = None

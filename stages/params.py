@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 DEFAULT_PATH = Path("params.yaml")
 
@@ -71,3 +71,29 @@ def section(params: dict[str, Any], name: str, model: type[M], *, source: str | 
             f"{name}.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors()
         )
         raise ParamsError(f"{source}: {problems}") from None
+
+
+class MatchSearchSection(Section):
+    """The search of a match (`gate.search`, the evaluate stage, `tengen gtp`): no noise, so
+    no forced playouts and no root-only first-play urgency (in the paper both go with the
+    noise of self-play's full searches); params.yaml refuses those keys here rather than
+    ignoring them."""
+
+    c_puct: float = Field(gt=0)
+    puct_exponent: float = Field(gt=0, le=1)
+    fpu_reduction: float = Field(ge=0)
+    virtual_loss: float = Field(ge=0)
+    score_utility: float = Field(ge=0)
+
+    def params(self):
+        from gocore.search import SearchParams
+
+        return SearchParams(
+            c_puct=self.c_puct,
+            puct_exponent=self.puct_exponent,
+            fpu_reduction=self.fpu_reduction,
+            root_fpu_reduction=self.fpu_reduction,  # unused without noise; the same everywhere
+            forced_playouts_k=0.0,
+            virtual_loss=self.virtual_loss,
+            score_utility=self.score_utility,
+        )

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import sys
 import time
 from pathlib import Path
@@ -32,6 +31,7 @@ from gocore.selfplay import (
     SelfPlayConfig,
     UniformNet,
 )
+from play.models import load_evaluator
 from play.sgf import GameRecord, save_sgf
 from stages import cli, tracking
 from stages.atomic import output_dir, write_json
@@ -168,15 +168,7 @@ def load_net(model: Path | None, device: str, seed: int = 0):
     """(the network as gocore's evaluator, its model id)."""
     if model is None:
         return UniformNet(seed), "uniform"
-    from nets.checkpoint import load
-    from nets.evaluator import Evaluator
-
-    net, meta = load(model, device=device)
-    model_id = meta.get("model_id")
-    if not model_id:
-        digest = hashlib.sha256(Path(model).read_bytes()).hexdigest()[:12]
-        model_id = f"{net.config.name}-{digest}"
-    return Evaluator(net, device=device), str(model_id)
+    return load_evaluator(Path(model), device=device)
 
 
 def sgf_record(game: FinishedGame, game_id: str, model_id: str, generation: int) -> GameRecord:

@@ -19,7 +19,7 @@ from nets.config import net_config
 from nets.model import GoNet
 from play.sgf import read_sgf, replay
 from stages import gate
-from stages.selfplay import SearchSection
+from stages.params import MatchSearchSection
 
 torch.set_num_threads(1)
 
@@ -69,9 +69,8 @@ def test_the_decision_and_its_early_stop():
 
 
 def _params(**kw):
-    search = SearchSection(c_puct=1.1, puct_exponent=0.5, fpu_reduction=0.2,
-                           root_fpu_reduction=0.0, forced_playouts_k=0.0, virtual_loss=1.0,
-                           score_utility=0.0)  # fmt: skip
+    search = MatchSearchSection(c_puct=1.1, puct_exponent=0.5, fpu_reduction=0.2,
+                                virtual_loss=1.0, score_utility=0.0)  # fmt: skip
     values = dict(games=6, win_fraction=0.5, early_stop=False, slots=3, visits=4,
                   leaves_per_game=2, board_size=5, rules="chinese", komi=0.5,
                   temperature_start=0.5, temperature_end=0.1, search=search, seed=0)  # fmt: skip
@@ -150,3 +149,35 @@ def test_a_candidate_smaller_than_the_champion_is_not_played(tmp_path, monkeypat
     assert grown.skip is None
     assert str(grown.candidate) == "models/gen-2/b4c32/ema/candidate.pt"
     assert str(grown.decision) == "reports/gate/gen-2-b4c32.json"
+
+
+def test_the_score_utility_changes_the_gates_games(tmp_path):
+    """gate.search.score_utility reaches the search: with it the same seeds give other games
+    (before, every gate knob but c_puct, exponent, FPU and virtual loss was ignored)."""
+    torch.manual_seed(1)
+    candidate = save(GoNet(net_config("b2c16")), tmp_path / "candidate.pt", {"model_id": "cand"})
+
+    def games(name, **search):
+        values = dict(c_puct=1.1, puct_exponent=0.5, fpu_reduction=0.2, virtual_loss=1.0,
+                      score_utility=0.0)  # fmt: skip
+        values.update(search)
+        params = _params(games=2, slots=2, visits=16, search=MatchSearchSection(**values))
+        gate.run(params, gate.GateIO(3, candidate, None, tmp_path / name, tmp_path / f"{name}.json"))
+        return [p.read_bytes() for p in sorted((tmp_path / name / "sgf").glob("*.sgf"))]
+
+    assert games("a") == games("b")  # the same seeds: the same games
+    assert games("c", score_utility=0.5) != games("a")
+
+
+@pytest.mark.parametrize("key", ["root_fpu_reduction", "forced_playouts_k"])
+def test_the_gate_refuses_knobs_that_a_match_cannot_use(tmp_path, key):
+    import yaml
+
+    from stages.params import ParamsError
+    from tests.conftest import REPO
+
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    params["gate"]["search"][key] = 0.3
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    with pytest.raises(ParamsError, match=f"gate.search.{key}: Extra inputs are not permitted"):
+        gate.prepare(tmp_path / "params.yaml", 1)

@@ -1,0 +1,83 @@
+"""Which net to play: a checkpoint path, a run folder (its newest champion), or an MLflow model
+URI (`models:/tengen@champion`, `runs:/<id>/candidate`), loaded as the search's evaluator.
+
+Every path ends at a tengen checkpoint read with `torch.load(weights_only=True)`: an MLflow
+model is fetched for the checkpoint it carries (logged beside the pickled model), never
+unpickled.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import tempfile
+from pathlib import Path
+
+CHAMPION = "champion.pt"
+PROMOTION = "promotion.json"
+
+
+class ModelError(ValueError):
+    """A model that cannot be found or read; the message says what and where."""
+
+
+def newest_champion(run: Path) -> Path:
+    """The champion of the highest generation of a run folder (models/gen-N/champion)."""
+    found = []
+    for folder in (run / "models").glob("gen-*/champion"):
+        match = re.fullmatch(r"gen-(\d+)", folder.parent.name)
+        if match and (folder / CHAMPION).is_file():
+            found.append((int(match[1]), folder / CHAMPION))
+    if (run / CHAMPION).is_file():
+        return run / CHAMPION
+    if not found:
+        raise ModelError(
+            f"{run} holds no champion (no models/gen-N/champion/{CHAMPION}): train a "
+            "generation first (tengen run), or give a checkpoint"
+        )
+    return max(found)[1]
+
+
+def resolve(spec: str, *, tracking_uri: str | None = None) -> Path:
+    """The checkpoint file that `spec` names."""
+    if spec.startswith(("models:/", "runs:/")):
+        return _from_mlflow(spec, tracking_uri)
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        return newest_champion(path)
+    if path.is_file():
+        return path
+    raise ModelError(f"--model {spec}: no such file or folder (a checkpoint, a run folder, or an "
+                     "MLflow URI such as models:/tengen@champion)")  # fmt: skip
+
+
+def _from_mlflow(uri: str, tracking_uri: str | None) -> Path:
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    if tracking_uri:
+        mlflow.set_tracking_uri(tracking_uri)
+    target = Path(tempfile.mkdtemp(prefix="tengen-model-"))
+    try:
+        local = Path(mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=str(target)))
+    except MlflowException as e:
+        where = tracking_uri or mlflow.get_tracking_uri()
+        raise ModelError(f"--model {uri}: not found in the MLflow store {where}: "
+                         f"{e.message.splitlines()[0]}") from None  # fmt: skip
+    checkpoints = sorted(local.rglob("*.pt")) if local.is_dir() else [local]
+    if not checkpoints:
+        raise ModelError(f"--model {uri}: the MLflow model carries no tengen checkpoint (*.pt)")
+    return checkpoints[0]
+
+
+def load_evaluator(path: Path, *, device: str = "cpu"):
+    """(the net as the search's evaluator, its model id) for a checkpoint; CheckpointError
+    for a file that is not one."""
+    from nets.checkpoint import load
+    from nets.evaluator import Evaluator
+
+    net, meta = load(path, device=device)
+    model_id = meta.get("model_id") or (
+        f"{net.config.name}-{hashlib.sha256(Path(path).read_bytes()).hexdigest()[:12]}"
+    )
+    return Evaluator(net, device=device), str(model_id)
