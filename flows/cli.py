@@ -64,17 +64,21 @@ def net_player(
     resign_after: int,
     seed: int | None,
     params_path: Path | None,
+    section_name: str = "gate",
 ):
-    """The network player for `model`, its search knobs from params.yaml's gate section;
-    typer.BadParameter (exit status 2) for anything that cannot be played."""
+    """The network player for `model`, its search knobs (`search`, `leaves_per_game`) from
+    params.yaml's gate or evaluate section; typer.BadParameter (exit status 2) for anything
+    that cannot be played."""
     import torch
 
     from nets.checkpoint import CheckpointError
     from play.models import ModelError, load_evaluator, resolve
     from play.netplayer import NetPlayer
     from stages import tracking
-    from stages.gate import GateParams
-    from stages.params import ParamsError, load_params, section
+    from stages.params import EngineSection, ParamsError, load_params, section
+
+    if section_name not in ("gate", "evaluate"):
+        raise typer.BadParameter("must be gate or evaluate", param_hint="--section")
 
     if threads < 1:
         raise typer.BadParameter("must be >= 1", param_hint="--threads")
@@ -84,7 +88,7 @@ def net_player(
     source = _params_file(params_path)
     try:
         raw = load_params(source)
-        gate = section(raw, "gate", GateParams, source=source)
+        gate = section(raw, section_name, EngineSection, source=source)
         store = tracking.settings(raw, source)
     except ParamsError as e:
         raise typer.BadParameter(str(e), param_hint="--params") from None
@@ -135,8 +139,11 @@ def gtp(
     ] = None,
     resign_after: Annotated[int, typer.Option(help="No resignation before this move.")] = 20,
     params: Annotated[
-        Path | None, typer.Option(help="params.yaml for the search knobs (its gate section).")
+        Path | None, typer.Option(help="params.yaml for the search knobs (default: ./params.yaml).")
     ] = None,
+    section: Annotated[
+        str, typer.Option(help="Its section whose search and leaves_per_game to use.")
+    ] = "gate",
     player: Annotated[str, typer.Option(help="Who chooses the moves without --model.")] = "random",
     size: Annotated[int, typer.Option(help="Board size until `boardsize` says otherwise.")] = 19,
     komi: Annotated[float | None, typer.Option(help="Komi (default: the preset's).")] = None,
@@ -153,7 +160,7 @@ def gtp(
         chosen = net_player(
             model, visits=visits, seconds=seconds, device=device, threads=threads,
             leaves=leaves, resign_below=resign_below, resign_after=resign_after, seed=seed,
-            params_path=params,
+            params_path=params, section_name=section,
         )  # fmt: skip
     else:
         try:
@@ -169,6 +176,109 @@ def gtp(
     sys.stdin.reconfigure(encoding="utf-8", errors="replace")
     with contextlib.suppress(KeyboardInterrupt):
         engine.serve(sys.stdin, sys.stdout)
+
+
+@app.command("eval")
+def evaluate(
+    model: Annotated[
+        str, typer.Option(help="The net: a checkpoint, a run folder or an MLflow model URI.")
+    ],
+    opponent: Annotated[
+        list[str],
+        typer.Option(
+            help="A GTP engine to play, NAME=COMMAND or COMMAND (repeat for a ladder); the "
+            "first is the anchor (Elo 0). Default: params.yaml's evaluate.opponents."
+        ),
+    ] = None,
+    games: Annotated[int | None, typer.Option(help="Games per opponent.")] = None,
+    visits: Annotated[int | None, typer.Option(help="The net's visits per move.")] = None,
+    size: Annotated[int | None, typer.Option(help="Board size.")] = None,
+    rules: Annotated[str | None, typer.Option(help="Rules preset.")] = None,
+    komi: Annotated[float | None, typer.Option(help="Komi.")] = None,
+    workers: Annotated[int | None, typer.Option(help="Games played at once.")] = None,
+    out: Annotated[Path, typer.Option(help="Folder for the games and summary.json.")] = Path(
+        "runs/eval"
+    ),
+    params: Annotated[
+        Path | None, typer.Option(help="params.yaml (its evaluate section gives the defaults).")
+    ] = None,
+    device: Annotated[str, typer.Option(help="Where the net runs: cpu or cuda.")] = "cpu",
+) -> None:
+    """Rate a net against GTP engines (GNU Go by default), as the evaluate stage does, outside
+    a run: win rates with 95% intervals and Bradley-Terry Elo against the first opponent."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from nets.checkpoint import CheckpointError
+    from play.models import ModelError, resolve
+    from stages import tracking
+    from stages.cli import InputError
+    from stages.evaluate import EvaluateIO, EvaluateParams, run
+    from stages.params import ParamsError, load_params, section
+
+    console = Console()
+    source = _params_file(params)
+    try:
+        raw = load_params(source)
+        base = section(raw, "evaluate", EvaluateParams, source=source)
+        store = tracking.settings(raw, source)
+        path = resolve(model, tracking_uri=tracking.store_uri(store, Path.cwd()) if store else None)
+    except ParamsError as e:
+        raise typer.BadParameter(str(e), param_hint="--params") from None
+    except ModelError as e:
+        raise typer.BadParameter(str(e), param_hint="--model") from None
+    chosen = base.opponents
+    if opponent:
+        chosen = {}
+        for i, text in enumerate(opponent):
+            name, _, command = text.partition("=") if "=" in text.split()[0] else ("", "", text)
+            chosen[name or f"opponent-{i + 1}"] = command
+    overrides = {
+        k: v
+        for k, v in dict(games=games, visits=visits, board_size=size, rules=rules, komi=komi,
+                         workers=workers).items()
+        if v is not None
+    }  # fmt: skip
+    try:
+        settings = EvaluateParams.model_validate(
+            {**base.model_dump(), **overrides, "opponents": chosen,
+             "anchor": next(iter(chosen)), "anchor_elo": 0.0, "past_champions": 0}
+        )  # fmt: skip
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from None
+    out = Path(out)
+    io = EvaluateIO(
+        generation=0, champion=path, out=out / "games", report=out / "summary.json",
+        history=out / "history.json", params_path=source, reports=None, device=device,
+        name="net",
+    )  # fmt: skip
+
+    def progress(summary):
+        low, high = summary["a_win_rate_95ci"]
+        console.print(
+            f"net vs {summary['opponent']}: {summary['a_score']:g} of {summary['games']} "
+            f"({summary['a_win_rate']:.0%}, 95% {low:.0%}-{high:.0%})"
+        )
+
+    try:
+        report = run(settings, io, progress=progress)
+    except (InputError, CheckpointError) as e:
+        console.print(f"[red]eval: error: {e}")
+        raise typer.Exit(2) from None
+    n = settings.board_size
+    title = f"{path} ({n}x{n}, {settings.rules}, komi {settings.komi:g}, {settings.visits} visits)"
+    table = Table(title=title)
+    for column in ("opponent", "games", "net's score", "win rate (95%)", "Elo (anchor 0)"):
+        table.add_column(column)
+    ratings = report["ratings"]
+    for p in report["pairings"]:
+        low, high = p["a_win_rate_95ci"]
+        table.add_row(p["opponent"], str(p["games"]), f"{p['a_score']:g}",
+                      f"{p['a_win_rate']:.0%} ({low:.0%}-{high:.0%})",
+                      f"{ratings[p['opponent']]['elo']:+.0f}")  # fmt: skip
+    table.add_row("net", "", "", "", f"{report['elo']:+.0f} ± {report['elo_stderr']:.0f}")
+    console.print(table)
+    console.print(f"games and summary in {out}")
 
 
 @app.command()

@@ -21,7 +21,7 @@ from pathlib import Path
 from prefect import flow, get_run_logger, task
 from prefect.context import get_run_context
 
-from flows.pipeline import generations_of, stages_of, write_dvc_yaml
+from flows.pipeline import evaluation_of, generations_of, stages_of, write_dvc_yaml
 from flows.runs import completed_generations, set_generations
 from stages.atomic import write_text
 from stages.lines import lines
@@ -164,6 +164,7 @@ def loop(repo: str = ".", generations: int | None = None, more: int | None = Non
     raw = load_params(params_path)
     count = generations_of(raw, params_path)
     nets = lines(raw, params_path)
+    evaluation = evaluation_of(raw, params_path)
     tracker = open_tracker(raw, params_path, base=Path(repo).resolve())
     in_source = (Path(repo) / "gocore").is_dir()
     write_dvc_yaml(params_path, Path(repo) / "dvc.yaml", code_deps=in_source)
@@ -184,14 +185,15 @@ def loop(repo: str = ".", generations: int | None = None, more: int | None = Non
             tracker.client.log_param(parent, "run.generations", count)
             logger.info("MLflow: run %s in %s", parent, tracker.uri)
         for n in range(count):
-            stages = stages_of(n, in_source, nets)
+            stages = stages_of(n, in_source, nets, evaluation)
             for name, stage in stages.items():
                 results.append(run_stage(name, str(repo), parent, metrics_file(stage)))
             summary = generation_summary(results[-len(stages) :])
             if tracker is not None:
                 for key, value in summary.items():
                     tracker.client.log_metric(parent, key, value, step=n)
-            promoted = results[-1]["metrics"]
+            promoted = next(r for r in results[-len(stages) :] if r["stage"] == f"promote-{n}")
+            promoted = promoted["metrics"]
             champion = promoted.get("champion") or {}
             logger.info(
                 "generation %d: %s, champion %s",
@@ -219,6 +221,9 @@ def generation_summary(results: list[dict]) -> dict[str, float]:
         **{f"loss_{k}": v for k, v in (by.get("train", {}).get("loss") or {}).items()},
     }
     promotion = by.get("promote", {})
+    evaluation = by.get("evaluate", {})
+    out["elo"] = evaluation.get("elo")
+    out["elo_stderr"] = evaluation.get("elo_stderr")
     out["gate_win_rate"] = (promotion.get("decision") or {}).get("win_rate")
     if "promoted" in promotion:
         out["promoted"] = float(promotion["promoted"])

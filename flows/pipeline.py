@@ -8,10 +8,12 @@ reads, so that `dvc repro` reruns only what a change touches.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import yaml
 
+from stages.evaluate import evaluated
 from stages.lines import Line, active, lines
 
 # The code each stage runs (besides what every stage shares).
@@ -48,6 +50,20 @@ CODE = {
         "stages/rows.py",
     ],
     "promote": ["nets", "stages/promote.py"],
+    "evaluate": [
+        "stages/evaluate.py",
+        "play/match.py",
+        "play/ratings.py",
+        "play/gtp.py",
+        "play/game.py",
+        "play/sgf.py",
+        "play/players.py",
+        "play/netplayer.py",
+        "play/models.py",
+        "gocore",
+        "nets",
+        "flows/cli.py",
+    ],
 }
 
 HEADER = """\
@@ -56,10 +72,39 @@ HEADER = """\
 """
 
 
-def stages_of(n: int, code_deps: bool = True, nets: list[Line] | None = None) -> dict[str, dict]:
+@dataclasses.dataclass(frozen=True)
+class Evaluation:
+    """When the evaluate stage runs (stages.evaluate.evaluated) and what it plays."""
+
+    every: int = 0  # 0: never
+    past_champions: int = 0
+    generations: int = 1
+
+    def earlier(self, n: int) -> list[int]:
+        return [k for k in range(n) if evaluated(k, self.generations, self.every)]
+
+
+def evaluation_of(params: dict, source: str | Path) -> Evaluation:
+    """The evaluate schedule from params.yaml (no `evaluate:` section: no evaluation)."""
+    from stages.evaluate import EvaluateParams
+    from stages.params import section
+
+    count = generations_of(params, source)
+    if "evaluate" not in params:
+        return Evaluation(generations=count)
+    e = section(params, "evaluate", EvaluateParams, source=source)
+    return Evaluation(e.every, e.past_champions, count)
+
+
+def stages_of(
+    n: int,
+    code_deps: bool = True,
+    nets: list[Line] | None = None,
+    evaluation: Evaluation | None = None,
+) -> dict[str, dict]:
     """Generation n's stages: self-play, shuffle, train/ema/gate for each net that trains in
-    it (stages.lines), promote (without the code among their deps if not code_deps: a run
-    folder outside the source tree, with tengen installed)."""
+    it (stages.lines), promote, and evaluate when it is due (without the code among their
+    deps if not code_deps: a run folder outside the source tree, with tengen installed)."""
     nets = nets or [Line("", 0, 0)]
     prev = n - 1
 
@@ -126,6 +171,25 @@ def stages_of(n: int, code_deps: bool = True, nets: list[Line] | None = None) ->
         + earlier("reports/history/gen-{g}.json"),
         "outs": [f"models/gen-{n}/champion", {f"reports/history/gen-{n}.json": {"cache": False}}],
     }
+    evaluation = evaluation or Evaluation()
+    if evaluated(n, evaluation.generations, evaluation.every):
+        earlier = evaluation.earlier(n)
+        past = (
+            earlier[len(earlier) - evaluation.past_champions :] if evaluation.past_champions else []
+        )
+        flag = f" --earlier {','.join(map(str, earlier))}" if earlier else ""
+        stages[f"evaluate-{n}"] = {
+            "cmd": f"python -m stages.evaluate --generation {n}{flag}",
+            "deps": code("evaluate")
+            + [f"models/gen-{n}/champion"]
+            + [f"models/gen-{k}/champion" for k in past]
+            + [f"reports/eval/gen-{k}.json" for k in earlier]
+            + [f"reports/selfplay/gen-{k}.json" for k in range(n + 1)],
+            "params": ["evaluate", "device"],
+            "outs": [f"reports/eval/gen-{n}"],
+            "metrics": [{f"reports/eval/gen-{n}.json": {"cache": False}}],
+            "plots": [{f"reports/eval/history-gen-{n}.json": {"cache": False}}],
+        }
     return stages
 
 
@@ -138,19 +202,34 @@ PLOTS = {
 }
 
 
-def plots(generations: int) -> list[dict]:
+def plots(generations: int, evaluation: Evaluation | None = None) -> list[dict]:
     history = f"reports/history/gen-{generations - 1}.json"
-    return [
+    out = [
         {title: {"x": "generation", "y": {history: columns}, "template": "linear"}}
         for title, columns in PLOTS.items()
     ]
+    evaluation = evaluation or Evaluation()
+    if evaluation.every and generations:
+        ladder = f"reports/eval/history-gen-{generations - 1}.json"
+        out += [
+            {"champion Elo against GNU Go (evaluate)": {
+                "x": "generation", "y": {ladder: ["elo"]}, "template": "linear"}},
+            {"champion Elo against self-play network evaluations": {
+                "x": "selfplay_evaluations", "y": {ladder: ["elo"]}, "template": "scatter"}},
+        ]  # fmt: skip
+    return out
 
 
-def pipeline(generations: int, code_deps: bool = True, nets: list[Line] | None = None) -> dict:
+def pipeline(
+    generations: int,
+    code_deps: bool = True,
+    nets: list[Line] | None = None,
+    evaluation: Evaluation | None = None,
+) -> dict:
     stages: dict[str, dict] = {}
     for n in range(generations):
-        stages.update(stages_of(n, code_deps, nets))
-    return {"stages": stages, "plots": plots(generations)}
+        stages.update(stages_of(n, code_deps, nets, evaluation))
+    return {"stages": stages, "plots": plots(generations, evaluation)}
 
 
 def generations_of(params: dict, source: str | Path) -> int:
@@ -172,7 +251,8 @@ def write_dvc_yaml(
     params = load_params(params_path)
     generations = generations_of(params, params_path)
     nets = lines(params, params_path)
+    evaluation = evaluation_of(params, params_path)
     text = HEADER + yaml.safe_dump(
-        pipeline(generations, code_deps, nets), sort_keys=False, width=100
+        pipeline(generations, code_deps, nets, evaluation), sort_keys=False, width=100
     )
     return write_text(text, out)

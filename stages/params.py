@@ -97,3 +97,13 @@ class MatchSearchSection(Section):
             virtual_loss=self.virtual_loss,
             score_utility=self.score_utility,
         )
+
+
+class EngineSection(BaseModel):
+    """What a GTP engine playing a net reads of a match section (`gate`, `evaluate`): its
+    search and batch; the stage's other keys are the stage's to check."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    search: MatchSearchSection
+    leaves_per_game: int = Field(ge=1)

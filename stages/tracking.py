@@ -45,6 +45,7 @@ SECTIONS = {
     "ema": ("ema", "device"),
     "gate": ("gate", "device"),
     "promote": (),
+    "evaluate": ("evaluate", "device"),
 }
 
 

@@ -162,7 +162,9 @@ def test_the_score_utility_changes_the_gates_games(tmp_path):
                       score_utility=0.0)  # fmt: skip
         values.update(search)
         params = _params(games=2, slots=2, visits=16, search=MatchSearchSection(**values))
-        gate.run(params, gate.GateIO(3, candidate, None, tmp_path / name, tmp_path / f"{name}.json"))
+        gate.run(
+            params, gate.GateIO(3, candidate, None, tmp_path / name, tmp_path / f"{name}.json")
+        )
         return [p.read_bytes() for p in sorted((tmp_path / name / "sgf").glob("*.sgf"))]
 
     assert games("a") == games("b")  # the same seeds: the same games

@@ -45,8 +45,9 @@ def test_generations_unroll_with_their_links():
     assert plotted == {"reports/history/gen-2.json"} and made[plotted.pop()] == "promote-2"
     # The committed dvc.yaml is what params.yaml says.
     committed = yaml.safe_load((REPO / "dvc.yaml").read_text())
-    count = pipeline.generations_of(load_params(REPO / "params.yaml"), "params.yaml")
-    assert committed == pipeline.pipeline(count)
+    raw = load_params(REPO / "params.yaml")
+    count = pipeline.generations_of(raw, "params.yaml")
+    assert committed == pipeline.pipeline(count, evaluation=pipeline.evaluation_of(raw, "p"))
     with pytest.raises(ParamsError, match="run.generations"):
         pipeline.generations_of({"run": {"generations": 0}}, "p.yaml")
 

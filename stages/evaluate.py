@@ -1,0 +1,356 @@
+"""The evaluate stage: generation N's champion plays a ladder of fixed outside opponents (GNU Go
+at several levels, the random player, any GTP engine) and the champions of earlier evaluations,
+colours alternating, through GTP (`tengen gtp --model`, the `evaluate.search` knobs); one
+Bradley-Terry fit over every evaluation game of the run so far rates them all, anchored on
+`evaluate.anchor` (GNU Go level 1 = 0 by default).
+
+    python -m stages.evaluate --generation N [--earlier 2,5] [--champion PATH]
+        [--out reports/eval/gen-N] [--report reports/eval/gen-N.json]
+
+`--earlier` lists the generations evaluated before this one (dvc.yaml's schedule, from
+`evaluate.every`): their reports feed the fit, and the last `evaluate.past_champions` of them
+play. Writes the games (reports/eval/gen-N/<opponent>/games/*.sgf) and a chart (elo.png)
+atomically, then reports/eval/gen-N.json (each pairing's wins and games, every rating, the
+champion's Elo and the self-play compute spent so far) and reports/eval/history-gen-N.json
+(one row per evaluated generation, for DVC's plots).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import json
+import shlex
+import shutil
+import sys
+from pathlib import Path
+
+from pydantic import Field
+
+from gocore.rules import PRESETS
+from play.match import GameResult, Match, MatchConfig, wilson_interval
+from play.ratings import Pairing, RatingError, fit
+from stages import cli
+from stages.atomic import output_dir, write_json
+from stages.cli import InputError
+from stages.params import MatchSearchSection, Section, device_of, load_params, section
+
+CHAMPION = "models/gen-{g}/champion/champion.pt"
+
+
+class EvaluateParams(Section):
+    """params.yaml `evaluate:`."""
+
+    every: int = Field(ge=0)  # evaluate every this many generations and after the last; 0: off
+    games: int = Field(ge=1)  # per opponent
+    board_size: int = Field(ge=2, le=19)
+    rules: str
+    komi: float
+    visits: int = Field(ge=1)
+    leaves_per_game: int = Field(ge=1)
+    search: MatchSearchSection
+    opponents: dict[str, str] = Field(min_length=1)  # name: GTP command line
+    past_champions: int = Field(ge=0)
+    anchor: str
+    anchor_elo: float
+    prior_draws: float = Field(ge=0)
+    referee: str | None
+    workers: int = Field(ge=1)
+    timeout: float = Field(gt=0)  # seconds an engine may take per command
+
+
+@dataclasses.dataclass(frozen=True)
+class EvaluateIO:
+    generation: int
+    champion: Path
+    out: Path  # reports/eval/gen-N: the games and the chart
+    report: Path  # reports/eval/gen-N.json
+    history: Path  # reports/eval/history-gen-N.json
+    earlier: tuple[int, ...] = ()  # generations evaluated before, oldest first
+    params_path: Path = Path("params.yaml")
+    reports: Path | None = Path("reports")  # None: outside a run (no self-play compute)
+    device: str = "cpu"
+    name: str | None = None  # the champion's name in the ratings (default gen-N)
+
+
+def evaluated(generation: int, generations: int, every: int) -> bool:
+    """Whether generation n has an evaluate stage: every `every` generations, and the last."""
+    return every > 0 and ((generation + 1) % every == 0 or generation == generations - 1)
+
+
+def engine_command(command: str) -> str:
+    """A GTP command line with `{tengen}` as this interpreter's CLI, and `gnugo` found in
+    /usr/games (where Debian puts it) when it is not on PATH."""
+    command = command.replace("{tengen}", f"{shlex.quote(sys.executable)} -m flows.cli")
+    words = shlex.split(command)
+    if words and shutil.which(words[0]) is None:
+        found = shutil.which(words[0], path="/usr/games")
+        if found is None:
+            hint = " (apt-get install -y gnugo)" if words[0] == "gnugo" else ""
+            raise InputError(f"evaluate: `{words[0]}` is not installed{hint}: {command!r}")
+        words[0] = found
+    return shlex.join(words)
+
+
+def champion_command(path: Path, params: EvaluateParams, io: EvaluateIO) -> str:
+    return shlex.join([
+        sys.executable, "-m", "flows.cli", "gtp", "--model", str(path),
+        "--visits", str(params.visits), "--threads", "1", "--device", io.device,
+        "--params", str(io.params_path), "--section", "evaluate",
+    ])  # fmt: skip
+
+
+def play_pairing(
+    name: str, a: str, b: str, config: MatchConfig, out: Path, workers: int
+) -> list[GameResult]:
+    """config.games games of A against B, split over `workers` engine pairs (each its own
+    processes), colours alternating by game number; the SGFs in out/games."""
+    numbers = list(range(1, config.games + 1))
+    chunks = [numbers[i::workers] for i in range(workers) if numbers[i::workers]]
+
+    def play(chunk: list[int]) -> list[GameResult]:
+        match = Match(a, b, config, out)
+        try:
+            return [match.play_game(n) for n in chunk]
+        finally:
+            match.close()
+
+    with concurrent.futures.ThreadPoolExecutor(len(chunks), f"eval-{name}") as pool:
+        results = [r for part in pool.map(play, chunks) for r in part]
+    return sorted(results, key=lambda r: r.number)
+
+
+def pairing_summary(a: str, b: str, results: list[GameResult]) -> dict:
+    """A's wins, draws, void games and win rate (draws half) with its 95% Wilson interval."""
+    wins = sum(r.winner == "A" for r in results)
+    losses = sum(r.winner == "B" for r in results)
+    void = sum(r.winner is None and r.result == "Void" for r in results)
+    draws = len(results) - wins - losses - void
+    decided = wins + losses + draws
+    score = wins + 0.5 * draws
+    low, high = wilson_interval(score, decided)
+    return {
+        "a": a, "b": b, "games": decided, "a_score": score, "a_wins": wins, "draws": draws,
+        "void": void, "a_win_rate": round(score / decided, 4) if decided else None,
+        "a_win_rate_95ci": [round(low, 4), round(high, 4)],
+        "a_wins_as_black": sum(r.winner == "A" and r.black == "A" for r in results),
+        "reasons": sorted({r.reason for r in results}),
+    }  # fmt: skip
+
+
+def compute_spent(reports: Path, generation: int) -> dict:
+    """Self-play compute up to and including this generation: network evaluations, visits
+    and seconds, from reports/selfplay/gen-K.json."""
+    total = {"selfplay_evaluations": 0.0, "selfplay_visits": 0.0, "selfplay_seconds": 0.0}
+    for k in range(generation + 1):
+        path = reports / "selfplay" / f"gen-{k}.json"
+        try:
+            m = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise InputError(f"evaluate: {path} does not exist; run selfplay-{k} first") from None
+        seconds = float(m.get("seconds", 0.0))
+        total["selfplay_seconds"] += seconds
+        total["selfplay_evaluations"] += float(
+            m.get("evaluations", m.get("evaluations_per_s", 0.0) * seconds)
+        )
+        total["selfplay_visits"] += float(m.get("visits", m.get("visits_per_s", 0.0) * seconds))
+    return {k: round(v, 1) for k, v in total.items()}
+
+
+def _earlier_report(reports: Path, k: int) -> dict:
+    path = reports / "eval" / f"gen-{k}.json"
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise InputError(f"evaluate: {path} does not exist; run evaluate-{k} first") from None
+    except json.JSONDecodeError as e:
+        raise InputError(f"evaluate: {path} is not valid JSON ({e}); rerun evaluate-{k}") from None
+
+
+def run(params: EvaluateParams, io: EvaluateIO, *, progress=None) -> dict:
+    if params.rules not in PRESETS:
+        raise InputError(
+            f"evaluate.rules: unknown rules {params.rules!r}; presets: {sorted(PRESETS)}"
+        )
+    if not io.champion.is_file():
+        raise InputError(
+            f"evaluate: {io.champion} does not exist; run promote-{io.generation} first"
+        )
+    me = io.name or f"gen-{io.generation}"
+    if me in params.opponents:
+        raise InputError(f"evaluate.opponents: {me!r} is the name of a champion")
+    earlier = [_earlier_report(io.reports or Path("reports"), k) for k in io.earlier]
+    opponents = {name: engine_command(cmd) for name, cmd in params.opponents.items()}
+    past = {
+        f"gen-{k}": Path(CHAMPION.format(g=k))
+        for k in io.earlier[len(io.earlier) - params.past_champions :]
+        if params.past_champions
+    }
+    for name, path in past.items():
+        if not path.is_file():
+            raise InputError(f"evaluate: {path} ({name}'s champion) does not exist")
+        opponents[name] = champion_command(path, params, io)
+    if params.anchor not in params.opponents and not any(
+        params.anchor in (p["a"], p["b"]) for r in earlier for p in r["pairings"]
+    ):
+        raise InputError(
+            f"evaluate.anchor: {params.anchor!r} is not among evaluate.opponents "
+            f"({sorted(params.opponents)}) nor in an earlier evaluation"
+        )
+    rules = PRESETS[params.rules].with_komi(params.komi)
+    config = MatchConfig(
+        games=params.games, size=params.board_size, rules=rules, timeout=params.timeout,
+        referee=engine_command(params.referee) if params.referee else None,
+    )  # fmt: skip
+    champion = champion_command(io.champion, params, io)
+    pairings = []
+    with output_dir(io.out) as tmp:
+        for name, command in opponents.items():
+            results = play_pairing(name, champion, command, config, tmp / name, params.workers)
+            summary = {"opponent": name, "command": command, **pairing_summary(me, name, results)}
+            pairings.append(summary)
+            if progress is not None:
+                progress(summary)
+        all_pairings = [p for r in earlier for p in r["pairings"]] + pairings
+        try:
+            ratings = fit(
+                [Pairing(p["a"], p["b"], p["games"], p["a_score"]) for p in all_pairings],
+                anchor=params.anchor, anchor_elo=params.anchor_elo,
+                prior_draws=params.prior_draws,
+            )  # fmt: skip
+        except RatingError as e:
+            raise InputError(f"evaluate: the games cannot be rated: {e}") from None
+        compute = compute_spent(io.reports, io.generation) if io.reports is not None else {}
+        report = {
+            "generation": io.generation,
+            "champion": me,
+            "champion_path": str(io.champion),
+            "anchor": params.anchor,
+            "elo": round(ratings[me].elo, 1),
+            "elo_stderr": round(ratings[me].stderr, 1),
+            **{f"win_rate_{p['opponent']}": p["a_win_rate"] for p in pairings},
+            **compute,
+            "pairings": pairings,
+            "ratings": {
+                name: {"elo": round(r.elo, 1), "stderr": round(r.stderr, 1)}
+                for name, r in sorted(ratings.items())
+            },
+        }
+        rows = history_rows(earlier + [report], ratings, params)
+        chart(rows, params, tmp / "elo.png")
+    write_json(rows, io.history)
+    write_json(report, io.report)
+    return report
+
+
+def history_rows(reports: list[dict], ratings: dict, params: EvaluateParams) -> list[dict]:
+    """One row per evaluated generation, every Elo from the latest fit."""
+    rows = []
+    for r in reports:
+        name = r["champion"]
+        row = {
+            "generation": r["generation"],
+            "elo": round(ratings[name].elo, 1),
+            "elo_stderr": round(ratings[name].stderr, 1),
+            "selfplay_evaluations": r.get("selfplay_evaluations"),
+            "selfplay_seconds": r.get("selfplay_seconds"),
+        }
+        for p in r["pairings"]:
+            if p["opponent"] in params.opponents:
+                row[f"win_rate_{p['opponent']}"] = p["a_win_rate"]
+        rows.append(row)
+    return rows
+
+
+def chart(rows: list[dict], params: EvaluateParams, path: Path) -> Path:
+    """elo.png: Elo against generation and against self-play evaluations (error bars of one
+    standard error), and the win rate against each fixed opponent."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    gens = [r["generation"] for r in rows]
+    elo = [r["elo"] for r in rows]
+    err = [r["elo_stderr"] for r in rows]
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    axes[0].errorbar(gens, elo, yerr=err, marker="o", capsize=3)
+    axes[0].set(xlabel="generation", ylabel=f"Elo ({params.anchor} = {params.anchor_elo:g})",
+                title="champion Elo")  # fmt: skip
+    compute = [r.get("selfplay_evaluations") or 0 for r in rows]
+    axes[1].errorbar(compute, elo, yerr=err, marker="o", capsize=3)
+    axes[1].set(xlabel="self-play network evaluations", ylabel="Elo", title="Elo against compute")
+    for name in params.opponents:
+        key = f"win_rate_{name}"
+        points = [(r["generation"], r[key]) for r in rows if r.get(key) is not None]
+        if points:
+            axes[2].plot(*zip(*points, strict=True), marker="o", label=name)
+    axes[2].set(xlabel="generation", ylabel="win rate", ylim=(-0.05, 1.05),
+                title="win rate against each opponent")  # fmt: skip
+    axes[2].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+    return path
+
+
+def prepare(
+    params_path, generation: int, *, earlier=(), champion=None, out=None, report=None
+) -> tuple[EvaluateParams, EvaluateIO]:
+    raw = load_params(params_path)
+    params = section(raw, "evaluate", EvaluateParams, source=params_path)
+    io = EvaluateIO(
+        generation=generation,
+        champion=Path(champion or CHAMPION.format(g=generation)),
+        out=Path(out or f"reports/eval/gen-{generation}"),
+        report=Path(report or f"reports/eval/gen-{generation}.json"),
+        history=Path(f"reports/eval/history-gen-{generation}.json"),
+        earlier=tuple(earlier),
+        params_path=Path(params_path),
+        device=device_of(raw, params_path),
+    )
+    if any(k >= generation or k < 0 for k in io.earlier):
+        raise InputError(
+            f"evaluate: --earlier {list(io.earlier)} must be generations < {generation}"
+        )
+    return params, io
+
+
+def _generations(text: str) -> list[int]:
+    return [int(k) for k in text.split(",") if k.strip()] if text else []
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = cli.parser("evaluate", __doc__)
+    p.add_argument("--earlier", type=_generations, default=[], help="e.g. 2,5")
+    p.add_argument("--champion", type=Path, default=None)
+    p.add_argument("--out", type=Path, default=None, help="the games: reports/eval/gen-N")
+    p.add_argument("--report", type=Path, default=None, help="reports/eval/gen-N.json")
+    args = p.parse_args(argv)
+
+    def work(tracked):
+        params, io = prepare(
+            args.params, args.generation, earlier=args.earlier, champion=args.champion,
+            out=args.out, report=args.report,
+        )  # fmt: skip
+
+        def progress(summary):
+            print(
+                f"evaluate-{io.generation}: {summary['a']} vs {summary['opponent']}: "
+                f"{summary['a_score']:g} of {summary['games']}",
+                file=sys.stderr,
+                flush=True,
+            )
+
+        report = run(params, io, progress=progress)
+        if tracked is not None:
+            tracked.log_artifact(io.report)
+            tracked.log_artifact(io.history)
+            tracked.log_artifact(io.out, "games")
+        return report
+
+    return cli.finish("evaluate", work, params=args.params, generation=args.generation)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

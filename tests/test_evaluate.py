@@ -1,0 +1,172 @@
+"""The evaluate stage: its schedule in dvc.yaml, engine command lines, and real evaluations
+through GTP against GNU Go and the random player, rated with earlier champions in one fit;
+`tengen eval` outside a run."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from flows import pipeline
+from nets.checkpoint import save
+from nets.config import net_config
+from nets.model import GoNet
+from play.sgf import read_sgf
+from stages import evaluate
+from stages.cli import InputError
+from tests.conftest import REPO, run_cli
+
+torch.set_num_threads(1)
+
+
+def test_the_schedule_every_k_generations_and_after_the_last():
+    assert [n for n in range(7) if evaluate.evaluated(n, 7, 3)] == [2, 5, 6]
+    assert not any(evaluate.evaluated(n, 7, 0) for n in range(7))
+    schedule = pipeline.Evaluation(every=2, past_champions=1, generations=5)
+    stages = pipeline.pipeline(5, evaluation=schedule)["stages"]
+    assert [s for s in stages if s.startswith("evaluate")] == ["evaluate-1", "evaluate-3",
+                                                               "evaluate-4"]  # fmt: skip
+    last = stages["evaluate-4"]
+    assert last["cmd"] == "python -m stages.evaluate --generation 4 --earlier 1,3"
+    # Its champion, the one past champion it plays, the earlier reports it is fitted with,
+    # and the self-play reports its compute comes from; each made by an earlier stage.
+    for dep in ("models/gen-4/champion", "models/gen-3/champion", "reports/eval/gen-1.json",
+                "reports/eval/gen-3.json", "reports/selfplay/gen-0.json"):  # fmt: skip
+        assert dep in last["deps"]
+    assert "models/gen-1/champion" not in last["deps"]
+    order = list(stages)
+    assert order.index("evaluate-4") > order.index("promote-4")
+    plotted = {f for plot in pipeline.plots(5, schedule) for f in next(iter(plot.values()))["y"]}
+    assert "reports/eval/history-gen-4.json" in plotted
+    # The committed dvc.yaml has the schedule params.yaml gives.
+    raw = yaml.safe_load((REPO / "params.yaml").read_text())
+    committed = yaml.safe_load((REPO / "dvc.yaml").read_text())
+    expected = pipeline.pipeline(
+        raw["run"]["generations"], evaluation=pipeline.evaluation_of(raw, "params.yaml")
+    )
+    assert committed == expected
+
+
+def test_engine_command_lines(monkeypatch):
+    import sys
+
+    tengen = evaluate.engine_command("{tengen} gtp --player random")
+    assert tengen.split()[:3] == [sys.executable, "-m", "flows.cli"]
+    with pytest.raises(InputError, match="`no-such-engine` is not installed"):
+        evaluate.engine_command("no-such-engine --mode gtp")
+    if shutil.which("gnugo") is None and Path("/usr/games/gnugo").exists():
+        assert evaluate.engine_command("gnugo --level 1").startswith("/usr/games/gnugo ")
+    monkeypatch.setenv("PATH", "/nonexistent")
+    if not Path("/usr/games/gnugo").exists():
+        with pytest.raises(InputError, match=r"apt-get install -y gnugo"):
+            evaluate.engine_command("gnugo --mode gtp")
+
+
+def _params(tmp: Path, **evaluate_keys) -> Path:
+    raw = yaml.safe_load((REPO / "params.yaml").read_text())
+    raw["evaluate"].update(
+        games=2, board_size=5, komi=0.5, visits=4, workers=2, timeout=60,
+        opponents={"gnugo-0": "gnugo --mode gtp --level 0 --chinese-rules",
+                   "random": "{tengen} gtp --player random --seed 1"},
+        anchor="gnugo-0", past_champions=1,
+    )  # fmt: skip
+    raw["evaluate"].update(evaluate_keys)
+    path = tmp / "params.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def _champion(tmp: Path, generation: int, seed: int) -> Path:
+    torch.manual_seed(seed)
+    folder = tmp / "models" / f"gen-{generation}" / "champion"
+    folder.mkdir(parents=True)
+    return save(GoNet(net_config("b2c16")), folder / "champion.pt", {"model_id": f"g{generation}"})
+
+
+def _score_from_sgfs(folder: Path) -> float:
+    """The champion's score in a pairing's games, read back from the SGFs alone."""
+    score = 0.0
+    for path in sorted((folder / "games").glob("*.sgf")):
+        record = read_sgf(path)
+        champion_black = record.black.endswith("(A)")
+        if record.result == "0":
+            score += 0.5
+        elif record.result[0] == ("B" if champion_black else "W"):
+            score += 1
+    return score
+
+
+@pytest.mark.gnugo
+def test_two_evaluations_rated_in_one_fit(tmp_path, monkeypatch, gnugo_path):
+    monkeypatch.chdir(tmp_path)
+    params_path = _params(tmp_path)
+    (tmp_path / "reports" / "selfplay").mkdir(parents=True)
+    for k, seconds in ((0, 10.0), (1, 20.0)):
+        (tmp_path / "reports" / "selfplay" / f"gen-{k}.json").write_text(
+            json.dumps({"seconds": seconds, "evaluations": 100 * (k + 1), "visits_per_s": 50})
+        )
+    _champion(tmp_path, 0, 0)
+    _champion(tmp_path, 1, 1)
+
+    params, io = evaluate.prepare(params_path, 0)
+    first = evaluate.run(params, io)
+    assert [p["opponent"] for p in first["pairings"]] == ["gnugo-0", "random"]
+    for p in first["pairings"]:
+        assert p["games"] + p["void"] == 2
+        assert p["a_score"] == _score_from_sgfs(Path("reports/eval/gen-0") / p["opponent"])
+    assert first["ratings"]["gnugo-0"] == {"elo": 0.0, "stderr": 0.0}
+    assert first["selfplay_evaluations"] == 100 and first["selfplay_seconds"] == 10
+    assert (Path("reports/eval/gen-0") / "elo.png").stat().st_size > 10_000
+
+    params, io = evaluate.prepare(params_path, 1, earlier=[0])
+    second = evaluate.run(params, io)
+    # The past champion plays too, and the fit takes every game of both evaluations.
+    assert [p["opponent"] for p in second["pairings"]] == ["gnugo-0", "random", "gen-0"]
+    assert set(second["ratings"]) == {"gen-0", "gen-1", "gnugo-0", "random"}
+    assert second["selfplay_evaluations"] == 300 and second["selfplay_seconds"] == 30
+    history = json.loads(Path("reports/eval/history-gen-1.json").read_text())
+    assert [row["generation"] for row in history] == [0, 1]
+    assert (
+        history[1]["elo"] == second["elo"]
+        and history[0]["elo"] == second["ratings"]["gen-0"]["elo"]
+    )
+    assert set(history[0]) >= {"win_rate_gnugo-0", "win_rate_random", "selfplay_evaluations"}
+
+    # A missing earlier report is named with the stage that makes it.
+    Path("reports/eval/gen-0.json").unlink()
+    with pytest.raises(InputError, match="run evaluate-0 first"):
+        evaluate.run(*evaluate.prepare(params_path, 1, earlier=[0]))
+
+
+def test_a_missing_champion_or_unknown_anchor_is_refused(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    params_path = _params(tmp_path, opponents={"random": "{tengen} gtp --player random"},
+                          anchor="gnugo-1")  # fmt: skip
+    with pytest.raises(InputError, match="run promote-0 first"):
+        evaluate.run(*evaluate.prepare(params_path, 0))
+    _champion(tmp_path, 0, 0)
+    with pytest.raises(InputError, match="evaluate.anchor: 'gnugo-1' is not among"):
+        evaluate.run(*evaluate.prepare(params_path, 0))
+    assert not Path("reports/eval/gen-0").exists()
+
+
+def test_tengen_eval_outside_a_run(tmp_path):
+    champion = _champion(tmp_path, 0, 0)
+    out = tmp_path / "eval"
+    result = run_cli(
+        "eval", "--model", str(champion), "--opponent", "random={tengen} gtp --player random",
+        "--games", "2", "--size", "5", "--komi", "0.5", "--visits", "4", "--out", str(out),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    [pairing] = summary["pairings"]
+    assert pairing["opponent"] == "random" and pairing["games"] + pairing["void"] == 2
+    assert pairing["a_score"] == _score_from_sgfs(out / "games" / "random")
+    assert "random" in result.stdout and "net" in result.stdout
+    bad = run_cli("eval", "--model", str(tmp_path / "none.pt"), "--games", "1")
+    assert bad.returncode == 2 and "--model" in bad.stderr
