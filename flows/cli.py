@@ -95,7 +95,7 @@ def net_player(
     uri = tracking.store_uri(store, Path.cwd()) if store is not None else None
     try:
         path = resolve(model, tracking_uri=uri)
-        net, model_id = load_evaluator(path, device=device)
+        net, model_id = load_evaluator(path, device=device, seed=seed or 0)
         return NetPlayer(
             net,
             params=gate.search.params(),
@@ -119,8 +119,9 @@ def gtp(
     model: Annotated[
         str | None,
         typer.Option(
-            help="The net to play: a checkpoint, a run folder (its newest champion) or an "
-            "MLflow model URI (models:/tengen@champion). Without it, --player plays."
+            help="The net to play: a checkpoint, a run folder (its newest champion), an "
+            "MLflow model URI (models:/tengen@champion), or uniform (the search on uniform "
+            "priors). Without it, --player plays."
         ),
     ] = None,
     visits: Annotated[

@@ -1,5 +1,6 @@
-"""Which net to play: a checkpoint path, a run folder (its newest champion), or an MLflow model
-URI (`models:/tengen@champion`, `runs:/<id>/candidate`), loaded as the search's evaluator.
+"""Which net to play: a checkpoint path, a run folder (its newest champion), an MLflow model
+URI (`models:/tengen@champion`, `runs:/<id>/candidate`), or `uniform` (generation 0's uniform
+priors and even value: the search alone), loaded as the search's evaluator.
 
 Every path ends at a tengen checkpoint read with `torch.load(weights_only=True)`: an MLflow
 model is fetched for the checkpoint it carries (logged beside the pickled model), never
@@ -38,8 +39,13 @@ def newest_champion(run: Path) -> Path:
     return max(found)[1]
 
 
-def resolve(spec: str, *, tracking_uri: str | None = None) -> Path:
-    """The checkpoint file that `spec` names."""
+UNIFORM = "uniform"
+
+
+def resolve(spec: str, *, tracking_uri: str | None = None) -> Path | None:
+    """The checkpoint file that `spec` names (None for `uniform`)."""
+    if spec == UNIFORM:
+        return None
     if spec.startswith(("models:/", "runs:/")):
         return _from_mlflow(spec, tracking_uri)
     path = Path(spec).expanduser()
@@ -70,9 +76,13 @@ def _from_mlflow(uri: str, tracking_uri: str | None) -> Path:
     return checkpoints[0]
 
 
-def load_evaluator(path: Path, *, device: str = "cpu"):
-    """(the net as the search's evaluator, its model id) for a checkpoint; CheckpointError
-    for a file that is not one."""
+def load_evaluator(path: Path | None, *, device: str = "cpu", seed: int = 0):
+    """(the net as the search's evaluator, its model id) for a checkpoint, or the uniform
+    priors for None; CheckpointError for a file that is not a checkpoint."""
+    if path is None:
+        from gocore.selfplay import UniformNet
+
+        return UniformNet(seed), UNIFORM
     from nets.checkpoint import load
     from nets.evaluator import Evaluator
 

@@ -29,6 +29,7 @@ from pydantic import Field
 
 from gocore.rules import PRESETS
 from play.match import GameResult, Match, MatchConfig, wilson_interval
+from play.models import PROMOTION, UNIFORM
 from play.ratings import Pairing, RatingError, fit
 from stages import cli
 from stages.atomic import output_dir, write_json
@@ -92,9 +93,19 @@ def engine_command(command: str) -> str:
     return shlex.join(words)
 
 
-def champion_command(path: Path, params: EvaluateParams, io: EvaluateIO) -> str:
+def _champion(path: Path, stage: str) -> Path | None:
+    """A champion's checkpoint; None (the uniform priors) where its promote stage ran before
+    any candidate passed a gate."""
+    if path.is_file():
+        return path
+    if (path.parent / PROMOTION).is_file():
+        return None
+    raise InputError(f"evaluate: {path} does not exist; run {stage} first")
+
+
+def champion_command(path: Path | None, params: EvaluateParams, io: EvaluateIO) -> str:
     return shlex.join([
-        sys.executable, "-m", "flows.cli", "gtp", "--model", str(path),
+        sys.executable, "-m", "flows.cli", "gtp", "--model", str(path or UNIFORM),
         "--visits", str(params.visits), "--threads", "1", "--device", io.device,
         "--params", str(io.params_path), "--section", "evaluate",
     ])  # fmt: skip
@@ -172,10 +183,7 @@ def run(params: EvaluateParams, io: EvaluateIO, *, progress=None) -> dict:
         raise InputError(
             f"evaluate.rules: unknown rules {params.rules!r}; presets: {sorted(PRESETS)}"
         )
-    if not io.champion.is_file():
-        raise InputError(
-            f"evaluate: {io.champion} does not exist; run promote-{io.generation} first"
-        )
+    champion_path = _champion(io.champion, f"promote-{io.generation}")
     me = io.name or f"gen-{io.generation}"
     if me in params.opponents:
         raise InputError(f"evaluate.opponents: {me!r} is the name of a champion")
@@ -187,9 +195,7 @@ def run(params: EvaluateParams, io: EvaluateIO, *, progress=None) -> dict:
         if params.past_champions
     }
     for name, path in past.items():
-        if not path.is_file():
-            raise InputError(f"evaluate: {path} ({name}'s champion) does not exist")
-        opponents[name] = champion_command(path, params, io)
+        opponents[name] = champion_command(_champion(path, f"promote-{name[4:]}"), params, io)
     if params.anchor not in params.opponents and not any(
         params.anchor in (p["a"], p["b"]) for r in earlier for p in r["pairings"]
     ):
@@ -202,7 +208,7 @@ def run(params: EvaluateParams, io: EvaluateIO, *, progress=None) -> dict:
         games=params.games, size=params.board_size, rules=rules, timeout=params.timeout,
         referee=engine_command(params.referee) if params.referee else None,
     )  # fmt: skip
-    champion = champion_command(io.champion, params, io)
+    champion = champion_command(champion_path, params, io)
     pairings = []
     with output_dir(io.out) as tmp:
         for name, command in opponents.items():
@@ -224,7 +230,7 @@ def run(params: EvaluateParams, io: EvaluateIO, *, progress=None) -> dict:
         report = {
             "generation": io.generation,
             "champion": me,
-            "champion_path": str(io.champion),
+            "champion_path": str(champion_path or "uniform"),
             "anchor": params.anchor,
             "elo": round(ratings[me].elo, 1),
             "elo_stderr": round(ratings[me].stderr, 1),

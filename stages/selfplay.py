@@ -29,7 +29,6 @@ from gocore.selfplay import (
     FinishedGame,
     SelfPlay,
     SelfPlayConfig,
-    UniformNet,
 )
 from play.models import load_evaluator
 from play.sgf import GameRecord, save_sgf
@@ -166,9 +165,7 @@ def game_seed(seed: int, generation: int) -> int:
 
 def load_net(model: Path | None, device: str, seed: int = 0):
     """(the network as gocore's evaluator, its model id)."""
-    if model is None:
-        return UniformNet(seed), "uniform"
-    return load_evaluator(Path(model), device=device)
+    return load_evaluator(None if model is None else Path(model), device=device, seed=seed)
 
 
 def sgf_record(game: FinishedGame, game_id: str, model_id: str, generation: int) -> GameRecord:

@@ -168,10 +168,17 @@ def run_in(repo: Path, *cmd: str, check: bool = True) -> str:
 
 
 def make_run_repo(
-    repo: Path, *, code_deps: bool, win_fraction: float = 0.5, grow: list | None = None
+    repo: Path,
+    *,
+    code_deps: bool,
+    win_fraction: float = 0.5,
+    grow: list | None = None,
+    evaluate_every: int = 0,
 ) -> Path:
     """A git repository with DVC holding a tiny two-generation run (5x5 boards, b2c16);
-    win_fraction 0 promotes every candidate; `grow` is run.grow."""
+    win_fraction 0 promotes every candidate; `grow` is run.grow; with evaluate_every, an
+    evaluate stage on that schedule (2 games each against GNU Go level 0 and the random
+    player: GNU Go must be installed)."""
     import yaml
 
     from flows import pipeline
@@ -192,6 +199,12 @@ def make_run_repo(
     params["gate"].update(
         games=2, slots=2, visits=4, board_size=5, komi=0.5, win_fraction=win_fraction
     )
+    params["evaluate"].update(
+        every=evaluate_every, games=2, board_size=5, komi=0.5, visits=4, past_champions=1,
+        opponents={"gnugo-0": "gnugo --mode gtp --level 0 --chinese-rules",
+                   "random": "{tengen} gtp --player random --seed 1"},
+        anchor="gnugo-0",
+    )  # fmt: skip
     (repo / "params.yaml").write_text(yaml.safe_dump(params))
     (repo / ".gitignore").write_text("mlflow.db\nmlartifacts/\n")
     pipeline.write_dvc_yaml(repo / "params.yaml", repo / "dvc.yaml", code_deps=code_deps)

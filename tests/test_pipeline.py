@@ -53,14 +53,15 @@ def test_generations_unroll_with_their_links():
 
 
 @pytest.mark.slow
-def test_dvc_repro_runs_the_run_then_nothing_then_only_what_changed(tmp_path):
-    repo = make_run_repo(tmp_path / "run", code_deps=False)
+@pytest.mark.gnugo
+def test_dvc_repro_runs_the_run_then_nothing_then_only_what_changed(tmp_path, gnugo_path):
+    repo = make_run_repo(tmp_path / "run", code_deps=False, evaluate_every=2)
 
     def sh(*cmd):
         return run_in(repo, *cmd)
 
     out = sh("dvc", "repro")
-    assert out.count("Running stage") == 12
+    assert out.count("Running stage") == 13
     promotion = json.loads((repo / "models/gen-1/champion/promotion.json").read_text())
     assert promotion["generation"] == 1
     assert json.loads((repo / "reports/gate/gen-1.json").read_text())["games"] >= 1
@@ -73,10 +74,17 @@ def test_dvc_repro_runs_the_run_then_nothing_then_only_what_changed(tmp_path):
     [parent] = [r for r in runs if r.data.tags.get("tengen.launcher") == "dvc"]
     nested = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
     assert sorted(r.info.run_name for r in nested) == sorted(
-        f"{s}-{n}"
-        for n in (0, 1)
-        for s in ("selfplay", "shuffle", "train", "ema", "gate", "promote")
-    )
+        [f"{s}-{n}" for n in (0, 1) for s in ("selfplay", "shuffle", "train", "ema", "gate",
+                                                  "promote")] + ["evaluate-1"]
+    )  # fmt: skip
+    # The evaluation after the last generation: the champion against GNU Go level 0 and the
+    # random player, Elo anchored on GNU Go, logged as the stage's metrics.
+    report = json.loads((repo / "reports/eval/gen-1.json").read_text())
+    assert [p["opponent"] for p in report["pairings"]] == ["gnugo-0", "random"]
+    assert report["ratings"]["gnugo-0"]["elo"] == 0.0
+    [evaluation] = [r for r in nested if r.info.run_name == "evaluate-1"]
+    assert evaluation.data.metrics["elo"] == report["elo"]
+    assert "win_rate_gnugo-0" in evaluation.data.metrics
     assert {r.info.status for r in nested} == {"FINISHED"}
     assert {r.data.tags["tengen.dvc_stage"] for r in nested} == {r.info.run_name for r in nested}
     candidate = client.get_model_version_by_alias("tengen", "candidate")
@@ -98,6 +106,8 @@ def test_dvc_repro_runs_the_run_then_nothing_then_only_what_changed(tmp_path):
     plots = json.loads(sh("dvc", "plots", "show", "--json"))["data"]
     elo = plots["champion Elo (from the gate games; uniform priors = 0)"][0]["content"]
     assert [row["generation"] for row in elo["data"]["values"]] == [0, 1]
+    ladder = plots["champion Elo against GNU Go (evaluate)"][0]["content"]
+    assert [row["elo"] for row in ladder["data"]["values"]] == [report["elo"]]
 
     # An ablation: `dvc exp run -S` reruns what the learning rate reaches, not self-play's
     # first generation, and logs to MLflow under the experiment's own name.
