@@ -149,6 +149,13 @@ def gtp(
     size: Annotated[int, typer.Option(help="Board size until `boardsize` says otherwise.")] = 19,
     komi: Annotated[float | None, typer.Option(help="Komi (default: the preset's).")] = None,
     seed: Annotated[int | None, typer.Option(help="Random seed, for reproducible games.")] = None,
+    name: Annotated[
+        str,
+        typer.Option(
+            help="What `name` answers. Lizzie 0.7 speaks kata-analyze only to a name that "
+            "starts with KataGo (e.g. KataGo-protocol-tengen)."
+        ),
+    ] = "tengen",
 ) -> None:
     """Speak GTP v2 on stdin/stdout (for Sabaki, GoGui, Lizzie, gogui-twogtp, KGS, GNU Go)."""
     from play.gtp import GtpEngine
@@ -169,7 +176,9 @@ def gtp(
         except ValueError as e:
             raise typer.BadParameter(str(e), param_hint="--player") from None
     version = _version() + (f" {chosen.model_id}" if model is not None else "")
-    engine = GtpEngine(chosen, rules=the_rules, size=size, version=version, log=sys.stderr)
+    engine = GtpEngine(
+        chosen, rules=the_rules, size=size, name=name, version=version, log=sys.stderr
+    )
     if seed is not None:
         engine.seed = seed
     # Bytes that are not UTF-8 must not kill the engine: they become U+FFFD and, at worst,
@@ -646,6 +655,48 @@ def bench_selfplay(
         rows.append(row)
         if not as_json:
             print(format_row(row), flush=True)
+    if as_json:
+        print(json.dumps(rows))
+
+
+@bench_app.command("play")
+def bench_play(
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print a JSON list instead of a table.")
+    ] = False,
+    nets: Annotated[str, typer.Option(help="Nets, comma separated.")] = "b4c32,b6c96",
+    visits: Annotated[str, typer.Option(help="Visits per move, comma separated.")] = (
+        "64,400,1600"
+    ),
+    board: Annotated[int, typer.Option(help="Board size.")] = 9,
+    moves: Annotated[int, typer.Option(help="Positions measured per figure.")] = 5,
+    params: Annotated[Path | None, typer.Option(help="params.yaml (gate.search).")] = None,
+) -> None:
+    """Seconds per move of `tengen gtp --model` beside the net alone at the same batch."""
+    from flows.bench_play import HEADER, bench_one, format_row
+    from nets.config import SIZES
+    from stages.params import EngineSection, load_params, section
+
+    source = _params_file(params)
+    engine = section(load_params(source), "gate", EngineSection, source=source)
+    names = [n.strip() for n in nets.split(",") if n.strip()]
+    if bad := [n for n in names if n not in SIZES]:
+        raise typer.BadParameter(
+            f"unknown nets {bad}; nets: {', '.join(SIZES)}", param_hint="--nets"
+        )
+    try:
+        counts = [int(v) for v in visits.split(",")]
+    except ValueError:
+        raise typer.BadParameter(f"expected numbers like 64,400 (got {visits!r})") from None
+    rows = []
+    if not as_json:
+        print(HEADER, flush=True)
+    for name in names:
+        for row in bench_one(name, board, counts, leaves=engine.leaves_per_game, moves=moves,
+                             params=engine.search.params()):  # fmt: skip
+            rows.append(row)
+            if not as_json:
+                print(format_row(row), flush=True)
     if as_json:
         print(json.dumps(rows))
 

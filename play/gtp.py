@@ -180,8 +180,13 @@ class GtpEngine:
         A streaming response (analysis) is run here to its end: until its search stops."""
         response = self.respond(raw_line)
         if isinstance(response, Stream):
-            body = "".join(line for line in response.lines(lambda: False) if line)
-            return f"{response.head}\n{body}\n"
+            # No next command can arrive here: an open-ended analysis ends after its first
+            # line (its first interval), a genmove_analyze when its move is chosen.
+            lines = []
+            for line in response.lines(lambda: response.until_input and bool(lines)):
+                if line:
+                    lines.append(line)
+            return f"{response.head}\n{''.join(lines)}\n"
         return response
 
     def respond(self, raw_line: str) -> str | Stream | None:
@@ -281,9 +286,10 @@ class GtpEngine:
         game = self.game
         key = (game.hash, len(game.moves), game.size, game.rules, self.seed)
         if self._dead_cache is None or self._dead_cache[0] != key:
+            status = None
             if hasattr(self.player, "final_status"):
-                status = self.player.final_status(game)
-            else:
+                status = self.player.final_status(game)  # None: the net has no ownership
+            if status is None:
                 estimate = game.estimate_dead(playouts=self.dead_stone_playouts, seed=self.seed)
                 dead = set(estimate.dead)
                 status = {"dead": [], "alive": [], "seki": []}

@@ -366,7 +366,8 @@ class NetPlayer:
         out = self.net(planes, glob, legal=legal)
         policy = F.policy_all(b, np.asarray(out["policy"], np.float32), sym)[0]
         own = np.zeros((1, n * n + 1), np.float32)
-        if "ownership" in out:
+        has_ownership = "ownership" in out
+        if has_ownership:
             own[0, :-1] = np.asarray(out["ownership"], np.float32).reshape(n * n)
         ownership = F.policy_all(b, own, sym)[0]
         legal_points = np.zeros(b.color.shape[1], np.bool_)
@@ -394,6 +395,7 @@ class NetPlayer:
             "score_lead": float(np.asarray(out.get("score_mean", [0.0]))[0]),
             "score_stdev": float(np.asarray(out.get("score_stdev", [0.0]))[0]),
             "ownership": grid(ownership),
+            "has_ownership": has_ownership,
         }
         if len(self._raw) >= 64:
             self._raw.clear()
@@ -412,11 +414,14 @@ class NetPlayer:
             total += side * raw["ownership"]
         return total / 8
 
-    def final_status(self, game: Game) -> dict[str, list[list[Point]]]:
+    def final_status(self, game: Game) -> dict[str, list[list[Point]]] | None:
         """Every group as dead, alive or seki, from the ownership head: dead where its mean
         ownership from its own side is below DEAD_OWNERSHIP; seki where two groups of both
         colours that are not dead share a liberty that neither owns and neither is owned
-        clearly (|ownership| < SEKI_OWNERSHIP for both groups and the liberty)."""
+        clearly (|ownership| < SEKI_OWNERSHIP for both groups and the liberty). None for a
+        net without an ownership head (the uniform priors)."""
+        if not self.raw(game)["has_ownership"]:
+            return None
         own = self.ownership(game)
         board = game.board()
         groups = game.groups()
@@ -453,7 +458,6 @@ class NetPlayer:
         return status
 
     def dead_stones(self, game: Game) -> list[Point]:
-        return sorted(
-            (p for group in self.final_status(game)["dead"] for p in group),
-            key=lambda p: (p[1], p[0]),
-        )
+        status = self.final_status(game)
+        groups = status["dead"] if status is not None else []
+        return sorted((p for group in groups for p in group), key=lambda p: (p[1], p[0]))

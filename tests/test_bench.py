@@ -82,3 +82,19 @@ def test_bench_selfplay_json_shape():
 def test_bench_selfplay_rejects_bad_runs():
     result = run_cli("bench", "selfplay", "--runs", "b6c96:nine")
     assert result.returncode != 0 and "net:board pairs" in result.stderr
+
+
+def test_bench_play_json_shape():
+    result = run_cli("bench", "play", "--json", "--nets", "b2c16", "--visits", "8,16",
+                     "--board", "7", "--moves", "2")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(result.stdout)
+    assert [(r["net"], r["visits"]) for r in rows] == [("b2c16", 8), ("b2c16", 16)]
+    for r in rows:
+        assert r["seconds_per_move_full"] > 0 and r["net_only_evals_per_s"] > 0
+        assert 0 < r["genmove_visits"] <= r["visits"]
+        assert r["efficiency"] == pytest.approx(
+            r["visits_per_s"] / r["net_only_evals_per_s"], rel=0.01
+        )
+    bad = run_cli("bench", "play", "--nets", "b9c9")
+    assert bad.returncode == 2 and "unknown nets" in bad.stderr
