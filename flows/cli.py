@@ -670,6 +670,9 @@ def bench_play(
     ),
     board: Annotated[int, typer.Option(help="Board size.")] = 9,
     moves: Annotated[int, typer.Option(help="Positions measured per figure.")] = 5,
+    leaves: Annotated[
+        int | None, typer.Option(help="Leaves per network batch (default: gate.leaves_per_game).")
+    ] = None,
     params: Annotated[Path | None, typer.Option(help="params.yaml (gate.search).")] = None,
 ) -> None:
     """Seconds per move of `tengen gtp --model` beside the net alone at the same batch."""
@@ -692,8 +695,8 @@ def bench_play(
     if not as_json:
         print(HEADER, flush=True)
     for name in names:
-        for row in bench_one(name, board, counts, leaves=engine.leaves_per_game, moves=moves,
-                             params=engine.search.params()):  # fmt: skip
+        for row in bench_one(name, board, counts, leaves=leaves or engine.leaves_per_game,
+                             moves=moves, params=engine.search.params()):  # fmt: skip
             rows.append(row)
             if not as_json:
                 print(format_row(row), flush=True)
