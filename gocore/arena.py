@@ -25,7 +25,7 @@ from gocore import features as F
 from gocore import search as S
 from gocore.board import BLACK, PASS, Boards, new_boards
 from gocore.rules import Rules
-from gocore.selfplay import final_score, net_rows, play_some
+from gocore.selfplay import final_score, leaf_values, net_rows, play_some
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,21 +112,19 @@ class LeafEvaluator:
                      outputs)  # fmt: skip
         self.evaluations += int(selected.sum())
         policy = F.policy_all(leaves, policy_t, symmetry)
-        win = value[:, 0] - value[:, 1]
-        mover = np.where(leaves.to_move == BLACK, 1.0, -1.0)
-        black_mean = mover * score_mean
         centre = np.repeat(self.tree.centre, self.per)
-        utility = win + S.expected_score_utility(
-            black_mean, score_stdev, centre, leaves.size, leaves.to_move, self.score_utility
+        utility, win, black_mean = leaf_values(
+            leaves, value, score_mean, score_stdev, centre, self.score_utility
         )
         if ownership_t is not None:
+            mover = np.where(leaves.to_move == BLACK, 1.0, -1.0)
             flat = np.concatenate([ownership_t.reshape(b, t * t), np.zeros((b, 1), np.float32)], 1)
             black = F.policy_all(leaves, flat, symmetry) * mover[:, None].astype(np.float32)
             black[:, PASS] = 0.0
             rows = np.flatnonzero(selected)
             np.add.at(self.ownership_sum, rows // self.per, black[rows])
             np.add.at(self.ownership_count, rows // self.per, 1)
-        return policy, utility, win, black_mean.astype(np.float32)
+        return policy, utility, win, black_mean
 
     def update_centres(self) -> None:
         """Roots evaluated for the first time get their expected score as the score utility's

@@ -319,6 +319,19 @@ def final_score(b: Boards, work: F.FeatureWork, g: int) -> tuple[float, np.ndarr
     return float(_final_score(b, g, dead, np.zeros_like(dead), owner)), owner
 
 
+def leaf_values(leaves: Boards, value, score_mean, score_stdev, centre, score_utility: float):
+    """(utility, win value, Black's expected lead) of evaluated leaves for the search: the
+    net's win minus loss for the player to move, plus Appendix F's expected score utility
+    around each leaf's game's centre (NaN: none yet)."""
+    win = value[:, 0] - value[:, 1]
+    mover = np.where(leaves.to_move == BLACK, 1.0, -1.0)
+    black_mean = mover * score_mean
+    utility = win + S.expected_score_utility(
+        black_mean, score_stdev, centre, leaves.size, leaves.to_move, score_utility
+    )
+    return utility, win, black_mean.astype(np.float32)
+
+
 def net_rows(net, planes, glob, legal, rows: np.ndarray, out: dict[str, np.ndarray]) -> None:
     """Run `net` on the given rows of the feature buffers; each of its outputs named in `out`
     is written into that array at those rows (an output the net lacks, such as the score of a
@@ -595,14 +608,9 @@ class SelfPlay:
             net_rows(self.net, self.planes, self.glob, legal, rows, outputs)
             self.evaluations += len(rows)
         policy = F.policy_all(leaves, policy_t, symmetry)
-        win = value[:, 0] - value[:, 1]
-        mover = np.where(leaves.to_move == BLACK, 1.0, -1.0)
-        black_mean = mover * score_mean
         centre = np.repeat(self.tree.centre, c.leaves_per_game)
-        utility = win + S.expected_score_utility(
-            black_mean, score_stdev, centre, leaves.size, leaves.to_move, c.search.score_utility
-        )
-        return policy, utility, win, black_mean.astype(np.float32)
+        return (policy, *leaf_values(leaves, value, score_mean, score_stdev, centre,
+                                     c.search.score_utility))  # fmt: skip
 
     def step(self) -> list[FinishedGame]:
         """One lockstep step: finish the searches that are done (moves, rows, game ends), then

@@ -202,8 +202,9 @@ class NetPlayer:
         should_stop: Callable[[], bool] | None = None,
     ) -> Iterator[SearchResult]:
         """Search the position with `color` to move. Yields the state every `interval` seconds
-        (if given) and once at the end; stops at `visits`, after `seconds`, when the best move
-        is settled (unless `interval` is set: analysis searches on), or when `should_stop()`."""
+        (if given) and once at the end; stops at `visits`, after `seconds` (once the root has
+        been evaluated), when `should_stop()`, or when the most visited move can no longer be
+        overtaken (not with `should_stop`: an open-ended analysis searches on)."""
         started = time.monotonic()
         deadline = None if seconds is None else started + max(seconds, 0.0)
         trial = game.copy()
