@@ -79,6 +79,7 @@ class Evaluation:
     every: int = 0  # 0: never
     past_champions: int = 0
     generations: int = 1
+    opponents: tuple[str, ...] = ()  # the fixed opponents' names, for the win-rate plot
 
     def earlier(self, n: int) -> list[int]:
         return [k for k in range(n) if evaluated(k, self.generations, self.every)]
@@ -93,7 +94,7 @@ def evaluation_of(params: dict, source: str | Path) -> Evaluation:
     if "evaluate" not in params:
         return Evaluation(generations=count)
     e = section(params, "evaluate", EvaluateParams, source=source)
-    return Evaluation(e.every, e.past_champions, count)
+    return Evaluation(e.every, e.past_champions, count, tuple(e.opponents))
 
 
 def stages_of(
@@ -216,7 +217,13 @@ def plots(generations: int, evaluation: Evaluation | None = None) -> list[dict]:
                 "x": "generation", "y": {ladder: ["elo"]}, "template": "linear"}},
             {"champion Elo against self-play network evaluations": {
                 "x": "selfplay_evaluations", "y": {ladder: ["elo"]}, "template": "scatter"}},
+            {"champion Elo against self-play seconds": {
+                "x": "selfplay_seconds", "y": {ladder: ["elo"]}, "template": "scatter"}},
         ]  # fmt: skip
+        if evaluation.opponents:
+            rates = [f"win_rate_{name}" for name in evaluation.opponents]
+            out.append({"champion's win rate against each fixed opponent": {
+                "x": "generation", "y": {ladder: rates}, "template": "linear"}})  # fmt: skip
     return out
 
 
