@@ -177,7 +177,8 @@ class GtpEngine:
 
     def handle(self, raw_line: str) -> str | None:
         """The full response (ending in a blank line) to one input line; None for blank lines.
-        A streaming response (analysis) is run here to its end: until its search stops."""
+        A streaming response is run here whole: an analysis to its first line, a
+        genmove_analyze to its move."""
         response = self.respond(raw_line)
         if isinstance(response, Stream):
             # No next command can arrive here: an open-ended analysis ends after its first
@@ -248,12 +249,16 @@ class GtpEngine:
             out.write(response.head + "\n")
             out.flush()
             stop = arrived if response.until_input else (lambda: False)
-            for text in response.lines(stop):
-                if text:
-                    out.write(text)
-                    out.flush()
-                if stop():
-                    break
+            try:
+                for text in response.lines(stop):
+                    if text:
+                        out.write(text)
+                        out.flush()
+                    if stop():
+                        break
+            except Exception:  # the stream ends, the engine goes on answering
+                if self.log is not None:
+                    traceback.print_exc(file=self.log)
             if response.until_input and not arrived():
                 # The search stopped on its own (its visit cap): the response still ends only
                 # when the next line arrives, which is then answered as usual.
