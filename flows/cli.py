@@ -163,6 +163,20 @@ def gtp(
 
     if not 2 <= size <= 19:
         raise typer.BadParameter("board size must be 2..19", param_hint="--size")
+    for value, hint, low in (
+        (visits, "--visits", 1),
+        (threads, "--threads", 1),
+        (leaves, "--leaves", 1),
+        (resign_after, "--resign-after", 0),
+    ):
+        if value is not None and value < low:
+            raise typer.BadParameter(f"must be >= {low} (got {value})", param_hint=hint)
+    if seconds is not None and not seconds > 0:
+        raise typer.BadParameter(f"must be > 0 (got {seconds})", param_hint="--seconds")
+    if resign_below is not None and not 0 < resign_below < 1:
+        raise typer.BadParameter(
+            f"must be in (0, 1) (got {resign_below})", param_hint="--resign-below"
+        )
     the_rules = _rules(rules, komi)
     if model is not None:
         chosen = net_player(

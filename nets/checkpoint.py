@@ -58,7 +58,9 @@ def load(
     except FileNotFoundError:
         raise CheckpointError(f"checkpoint {path} does not exist") from None
     except Exception as e:  # noqa: BLE001 - torch raises many kinds on a corrupt file
-        raise CheckpointError(f"checkpoint {path} cannot be read: {e}") from None
+        raise CheckpointError(
+            f"checkpoint {path} cannot be read: not a torch checkpoint ({type(e).__name__}: {e})"
+        ) from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise CheckpointError(f"checkpoint {path} is not a {FORMAT} file")
     try:

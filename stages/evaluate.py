@@ -228,7 +228,7 @@ def run(params: EvaluateParams, io: EvaluateIO, *, progress=None) -> dict:
             raise InputError(f"evaluate: the games cannot be rated: {e}") from None
         compute = compute_spent(io.reports, io.generation) if io.reports is not None else {}
         report = {
-            "generation": io.generation,
+            "generation": io.generation if io.reports is not None else None,  # None: no run
             "champion": me,
             "champion_path": str(champion_path or "uniform"),
             "anchor": params.anchor,

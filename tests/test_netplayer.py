@@ -392,3 +392,16 @@ def test_a_bad_model_is_refused_with_status_2(tmp_path, bad):
     )  # fmt: skip
     assert result.returncode == 2
     assert "--model" in result.stderr and bad.split("@")[0] in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "hint"),
+    [(["--visits", "0"], "--visits"), (["--threads", "0"], "--threads"),
+     (["--seconds", "0"], "--seconds"), (["--resign-below", "1.5"], "--resign-below")],
+)  # fmt: skip
+def test_bad_search_options_name_the_option(tiny, args, hint):
+    result = subprocess.run(
+        [sys.executable, "-m", "flows.cli", "gtp", "--model", str(tiny), *args],
+        input="quit\n", capture_output=True, text=True, timeout=120, cwd=REPO,
+    )  # fmt: skip
+    assert result.returncode == 2 and f"Invalid value for {hint}" in result.stderr
