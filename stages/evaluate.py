@@ -226,6 +226,9 @@ def run(params: EvaluateParams, io: EvaluateIO, *, progress=None) -> dict:
             )  # fmt: skip
         except RatingError as e:
             raise InputError(f"evaluate: the games cannot be rated: {e}") from None
+        if me not in ratings:
+            reasons = sorted({r for p in pairings for r in p["reasons"]})
+            raise InputError(f"evaluate: no game of {me} was decided (every one void: {reasons})")
         compute = compute_spent(io.reports, io.generation) if io.reports is not None else {}
         report = {
             "generation": io.generation if io.reports is not None else None,  # None: no run
