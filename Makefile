@@ -30,6 +30,7 @@ bench: setup
 	$(BIN)/tengen bench features
 	$(BIN)/tengen bench nets
 	$(BIN)/tengen bench selfplay
+	$(BIN)/tengen bench threads
 	$(BIN)/tengen bench play
 
 lint: setup

@@ -15,8 +15,7 @@ import time
 import numpy as np
 
 from gocore import selfplay as SP
-from stages import selfplay as stage
-from stages.params import load_params, section
+from stages.params import SelfPlayParams, load_params, section
 
 
 def _net(name: str, device: str):
@@ -40,7 +39,7 @@ def bench_one(
     params_path: str = "params.yaml",
     device: str = "cpu",
 ) -> dict:
-    params = section(load_params(params_path), "selfplay", stage.SelfPlayParams, source=params_path)
+    params = section(load_params(params_path), "selfplay", SelfPlayParams, source=params_path)
     params = params.model_copy(
         update={"board_sizes": {board: 1.0}, "slots": slots, "leaves_per_game": leaves}
     )
@@ -112,3 +111,43 @@ def format_row(r: dict) -> str:
         f"{r['selfplay_visits_per_s']:>9,.0f} {r['selfplay_moves_per_s']:>8,.1f} "
         f"{r['net_only_evals_per_s']:>11,.0f} {r['efficiency']:>10.1%}"
     )
+
+
+def bench_beside_a_busy_process(
+    net: str = "b4c32",
+    board: int = 9,
+    *,
+    seconds: float = 5.0,
+    params_path: str = "params.yaml",
+    busy: int = 1,
+) -> list[dict]:
+    """Self-play's visits/s on an idle machine and with `busy` CPU-bound processes beside it
+    (another job: GNU Go, a second engine, a build), with torch's default thread count (one
+    per core: the named baseline) and with params.yaml's `selfplay.threads`."""
+    import subprocess
+    import sys
+
+    import torch
+
+    params = section(load_params(params_path), "selfplay", SelfPlayParams, source=params_path)
+    default = torch.get_num_threads()
+    rows = []
+
+    def measure(label: str, threads: int, beside: int) -> None:
+        torch.set_num_threads(threads)
+        burners = [
+            subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(beside)
+        ]
+        try:
+            row = bench_one(net, board, slots=params.slots, leaves=params.leaves_per_game,
+                            seconds=seconds, params_path=params_path)  # fmt: skip
+        finally:
+            for b in burners:
+                b.kill()
+                b.wait()
+        rows.append({"setting": label, "torch_threads": threads, "busy_processes": beside, **row})
+
+    measure("torch default, idle", default, 0)
+    measure("torch default, busy", default, busy)
+    measure("selfplay.threads, busy", params.threads, busy)
+    return rows

@@ -52,6 +52,25 @@ def _params_file(given: Path | None) -> Path:
     return here if here.is_file() else Path(__file__).resolve().parent.parent / "params.yaml"
 
 
+def resolve_model(spec: str, store=None):
+    """The checkpoint `--model` names (None: uniform): a file, a run folder (its newest
+    champion, stages.layout), or an MLflow URI in the store of params.yaml's mlflow section."""
+    from play.models import ModelError, resolve
+    from stages import layout, tracking
+
+    folder = Path(spec).expanduser()
+    if folder.is_dir() and not (folder / layout.CHAMPION).is_file():
+        found = layout.newest_champion(folder)
+        if found is None:
+            raise ModelError(
+                f"{folder} holds no champion (no {layout.champion('N')}): train a "
+                "generation first (tengen run), or give a checkpoint"
+            )
+        return found
+    uri = tracking.store_uri(store, Path.cwd()) if store is not None else None
+    return resolve(spec, tracking_uri=uri)
+
+
 def net_player(
     model: str,
     *,
@@ -72,7 +91,7 @@ def net_player(
     import torch
 
     from nets.checkpoint import CheckpointError
-    from play.models import ModelError, load_evaluator, resolve
+    from play.models import ModelError, load_evaluator
     from play.netplayer import NetPlayer
     from stages import tracking
     from stages.params import EngineSection, ParamsError, load_params, section
@@ -92,9 +111,8 @@ def net_player(
         store = tracking.settings(raw, source)
     except ParamsError as e:
         raise typer.BadParameter(str(e), param_hint="--params") from None
-    uri = tracking.store_uri(store, Path.cwd()) if store is not None else None
     try:
-        path = resolve(model, tracking_uri=uri)
+        path = resolve_model(model, store)
         net, model_id = load_evaluator(path, device=device, seed=seed or 0)
         return NetPlayer(
             net,
@@ -234,11 +252,11 @@ def evaluate(
     from rich.table import Table
 
     from nets.checkpoint import CheckpointError
-    from play.models import ModelError, resolve
+    from play.models import ModelError
     from stages import tracking
     from stages.cli import InputError
-    from stages.evaluate import EvaluateIO, EvaluateParams, run
-    from stages.params import ParamsError, load_params, section
+    from stages.evaluate import EvaluateIO, Params, run
+    from stages.params import EvaluateParams, ParamsError, load_params, section
 
     console = Console()
     source = _params_file(params)
@@ -246,7 +264,7 @@ def evaluate(
         raw = load_params(source)
         base = section(raw, "evaluate", EvaluateParams, source=source)
         store = tracking.settings(raw, source)
-        path = resolve(model, tracking_uri=tracking.store_uri(store, Path.cwd()) if store else None)
+        path = resolve_model(model, store)
     except ParamsError as e:
         raise typer.BadParameter(str(e), param_hint="--params") from None
     except ModelError as e:
@@ -270,11 +288,12 @@ def evaluate(
         )  # fmt: skip
     except ValueError as e:
         raise typer.BadParameter(str(e)) from None
+    if device not in ("cpu", "cuda"):
+        raise typer.BadParameter(f"must be cpu or cuda (got {device!r})", param_hint="--device")
     out = Path(out)
     io = EvaluateIO(
         generation=0, champion=path, out=out / "games", report=out / "summary.json",
-        history=out / "history.json", params_path=source, reports=None, device=device,
-        name="net",
+        history=out / "history.json", params_path=source, reports=None, name="net",
     )  # fmt: skip
 
     def progress(summary):
@@ -285,7 +304,7 @@ def evaluate(
         )
 
     try:
-        report = run(settings, io, progress=progress)
+        report = run(Params(evaluate=settings, device=device), io, progress=progress)
     except (InputError, CheckpointError) as e:
         console.print(f"[red]eval: error: {e}")
         raise typer.Exit(2) from None
@@ -506,6 +525,9 @@ def _quiet_prefect() -> None:
     import os
 
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    # Prefect gives its local server 20 s to start, which a loaded machine overran ("Timed out
+    # while attempting to connect to ephemeral Prefect API server"): ten minutes.
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "600")
 
 
 @app.command("run")
@@ -671,6 +693,38 @@ def bench_selfplay(
             print(format_row(row), flush=True)
     if as_json:
         print(json.dumps(rows))
+
+
+@bench_app.command("threads")
+def bench_threads(
+    net: Annotated[str, typer.Option(help="The net.")] = "b4c32",
+    board: Annotated[int, typer.Option(help="Board size.")] = 9,
+    seconds: Annotated[float, typer.Option(help="Seconds per measurement.")] = 5.0,
+    busy: Annotated[int, typer.Option(help="CPU-bound processes beside it.")] = 1,
+    params: Annotated[str, typer.Option(help="The params.yaml to take selfplay from.")] = (
+        "params.yaml"
+    ),
+) -> None:
+    """Self-play beside a busy process: torch's default threads (baseline) against
+    params.yaml's selfplay.threads."""
+    from flows.bench_selfplay import bench_beside_a_busy_process
+    from nets.config import SIZES
+
+    if net not in SIZES:
+        raise typer.BadParameter(f"unknown net {net!r}; known: {', '.join(SIZES)}", "--net")
+    if busy < 0 or not 2 <= board <= 19:
+        raise typer.BadParameter("--busy must be >= 0 and --board within 2..19")
+    rows = bench_beside_a_busy_process(net, board, seconds=seconds, params_path=params, busy=busy)
+    print(f"{'setting':>24} {'threads':>7} {'busy':>4} {'visits/s':>9} {'net evals/s':>11}")
+    for r in rows:
+        rate, net_rate = r["selfplay_visits_per_s"], r["net_only_evals_per_s"]
+        print(f"{r['setting']:>24} {r['torch_threads']:>7} {r['busy_processes']:>4} "
+              f"{rate:>9,.0f} {net_rate:>11,.0f}")  # fmt: skip
+    base, ours = rows[1]["selfplay_visits_per_s"], rows[2]["selfplay_visits_per_s"]
+    print(
+        f"beside {busy} busy process(es): selfplay.threads gives {ours / base:.1f}x the "
+        "visits/s of torch's default threads"
+    )
 
 
 @bench_app.command("play")

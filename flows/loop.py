@@ -11,9 +11,11 @@ outside (a signal, out of memory) is retried.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -21,11 +23,11 @@ from pathlib import Path
 from prefect import flow, get_run_logger, task
 from prefect.context import get_run_context
 
-from flows.pipeline import evaluation_of, generations_of, stages_of, write_dvc_yaml
+from flows.pipeline import generation, write_dvc_yaml
 from flows.runs import completed_generations, set_generations
-from stages.atomic import write_text
-from stages.lines import lines
-from stages.params import load_params
+from gocore.atomic import write_text
+from stages.params import load_params, run_section
+from stages.spec import plan_of
 from stages.tracking import ENV_PARENT, open_tracker
 
 STAGES = ("selfplay", "shuffle", "train", "ema", "gate", "promote")  # of train.net's line
@@ -105,17 +107,6 @@ def failure(returncode: int, output: str) -> type[RuntimeError]:
     return StageFailed
 
 
-def metrics_file(stage: dict) -> str | None:
-    """The JSON a dvc.yaml stage reports its results in: its metrics file, or promote's
-    promotion.json."""
-    for entry in stage.get("metrics", []):
-        return next(iter(entry)) if isinstance(entry, dict) else entry
-    for out in stage.get("outs", []):
-        if isinstance(out, str) and out.endswith("/champion"):
-            return f"{out}/promotion.json"
-    return None
-
-
 @task(
     name="stage",
     task_run_name="{name}",
@@ -128,16 +119,24 @@ def run_stage(
 ) -> dict:
     """Reproduce one DVC stage; returns {"stage", "ran", "metrics"}."""
     logger = get_run_logger()
-    result = subprocess.run(
+    # Its own session, so that a signal to this process's group reaches the stage only through
+    # `stop` below (which waits for it to end cleanly) and not twice.
+    process = subprocess.Popen(
         ["dvc", "repro", "--single-item", name],
         cwd=repo,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
         text=True,
         env=_environment(parent_run),
+        start_new_session=True,
     )
-    output = result.stdout + result.stderr
-    if result.returncode != 0:
-        raise failure(result.returncode, output)(f"{name} failed:\n{output[-3000:]}")
+    _running["stage"] = process
+    try:
+        output, _ = process.communicate()
+    finally:
+        _running["stage"] = None
+    if process.returncode != 0:
+        raise failure(process.returncode, output)(f"{name} failed:\n{output[-3000:]}")
     ran = f"Running stage '{name}'" in output
     logger.info("%s: %s", name, "ran" if ran else "up to date, skipped")
     values = {}
@@ -162,9 +161,8 @@ def loop(repo: str = ".", generations: int | None = None, more: int | None = Non
     if generations is not None:
         set_generations(params_path, generations)
     raw = load_params(params_path)
-    count = generations_of(raw, params_path)
-    nets = lines(raw, params_path)
-    evaluation = evaluation_of(raw, params_path)
+    plan = plan_of(raw, params_path)
+    count = plan.generations
     tracker = open_tracker(raw, params_path, base=Path(repo).resolve())
     in_source = (Path(repo) / "gocore").is_dir()
     write_dvc_yaml(params_path, Path(repo) / "dvc.yaml", code_deps=in_source)
@@ -180,14 +178,16 @@ def loop(repo: str = ".", generations: int | None = None, more: int | None = Non
         )
     results = []
     status = "FAILED"
+    _running.update(tracker=tracker, parent=parent)
+    previous = _stop_on_signals()
     try:
         if tracker is not None:
             tracker.client.log_param(parent, "run.generations", count)
             logger.info("MLflow: run %s in %s", parent, tracker.uri)
         for n in range(count):
-            stages = stages_of(n, in_source, nets, evaluation)
-            for name, stage in stages.items():
-                results.append(run_stage(name, str(repo), parent, metrics_file(stage)))
+            stages = generation(n, plan)
+            for stage in stages:
+                results.append(run_stage(stage.name, str(repo), parent, stage.report))
             summary = generation_summary(results[-len(stages) :])
             if tracker is not None:
                 for key, value in summary.items():
@@ -206,9 +206,64 @@ def loop(repo: str = ".", generations: int | None = None, more: int | None = Non
         status = "KILLED"
         raise
     finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        _running.update(tracker=None, parent=None)
         if tracker is not None:
             tracker.client.set_terminated(parent, status)
     return results
+
+
+# What a stop must reach: the stage's process, the MLflow run of the loop.
+_running: dict = {"stage": None, "tracker": None, "parent": None}
+STOP_GRACE = 15.0  # seconds a stage has to end its MLflow run and clean up before SIGKILL
+
+
+def stop(signum: int, frame=None) -> None:
+    """Ctrl-C or SIGTERM: the stage's processes get SIGTERM (it ends its MLflow run as
+    KILLED and removes its temporary output), then every process this one started (Prefect's
+    local server among them) is ended, the loop's MLflow run is marked KILLED, and the process
+    exits with 128 + the signal, without Prefect's own shutdown (which would retry a server
+    the same signal took down). The next `tengen run` resumes from the stage it was in."""
+    import psutil
+
+    everything = psutil.Process().children(recursive=True)  # while dvc still holds its stage
+    stage, stage_tree = _running.get("stage"), []
+    if stage is not None and stage.poll() is None:
+        with contextlib.suppress(psutil.Error):
+            root = psutil.Process(stage.pid)
+            stage_tree = [root, *root.children(recursive=True)]
+    # First the stage (its dvc and its command, which DVC may start in a session of its own),
+    # so that it ends its MLflow run and removes its temporary output; then the rest.
+    for group, grace in ((stage_tree, STOP_GRACE), ([p for p in everything if p not in
+                                                      stage_tree], 5.0)):  # fmt: skip
+        for p in group:
+            with contextlib.suppress(psutil.Error):
+                p.terminate()
+        _, alive = psutil.wait_procs(group, timeout=grace)
+        for p in alive:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+    tracker, parent = _running.get("tracker"), _running.get("parent")
+    if tracker is not None and parent is not None:
+        with contextlib.suppress(Exception):
+            tracker.client.set_terminated(parent, "KILLED")
+    name = signal.Signals(signum).name
+    print(f"tengen run: stopped by {name}; `tengen run` resumes where it stopped",
+          file=sys.stderr, flush=True)  # fmt: skip
+    os._exit(128 + signum)
+
+
+def _stop_on_signals() -> dict:
+    """Install `stop` for SIGINT and SIGTERM (over Prefect's own, while the loop runs);
+    returns the handlers to put back. Only the main thread can."""
+    previous = {}
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        try:
+            previous[signum] = signal.signal(signum, stop)
+        except ValueError:  # not the main thread: leave signals to whoever runs it
+            break
+    return previous
 
 
 def generation_summary(results: list[dict]) -> dict[str, float]:
@@ -250,26 +305,20 @@ def deployment(
 
     repo = Path(repo).resolve()
     params_path = repo / "params.yaml"
-    run = load_params(params_path).get("run") or {}
+    run = run_section(load_params(params_path), params_path)
     if cron is None and interval is None:
-        cron, interval = run.get("serve_cron"), run.get("serve_interval_minutes")
+        cron, interval = run.serve_cron, run.serve_interval_minutes
     if (cron is None) == (interval is None):
         raise ParamsError(
             f"{params_path}: give the schedule as a cron line or an interval in minutes, not "
             "both or neither (--cron / --interval, or run.serve_cron / "
             "run.serve_interval_minutes)"
         )
-    if interval is not None and (
-        isinstance(interval, bool) or not isinstance(interval, int | float)
-    ):
-        raise ParamsError(f"{params_path}: the interval must be a number of minutes ({interval!r})")
-    if cron is not None and not isinstance(cron, str):
-        raise ParamsError(f"{params_path}: the cron schedule must be a string ({cron!r})")
     if interval is not None and not interval > 0:
         raise ParamsError(f"{params_path}: the interval must be > 0 minutes (got {interval})")
-    more = more if more is not None else run.get("serve_generations", 1)
-    if isinstance(more, bool) or not isinstance(more, int) or more < 1:
-        raise ParamsError(f"{params_path}: run.serve_generations must be >= 1 (got {more!r})")
+    more = more if more is not None else run.serve_generations
+    if more < 1:
+        raise ParamsError(f"{params_path}: the generations to add must be >= 1 (got {more})")
     try:
         return loop.to_deployment(
             name=f"tengen-{repo.name}",

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import yaml
 
-from stages.atomic import write_text
+from gocore.atomic import write_text
+from stages import layout
 from stages.params import ParamsError, load_params
 
 SOURCE = Path(__file__).resolve().parent.parent
@@ -85,7 +86,7 @@ def create_run(folder: Path, preset: str, base: Path = SOURCE / "params.yaml") -
     beside `folder` and renamed into place when whole. The stages are the installed
     tengen's (dvc.yaml without code deps)."""
     from flows.pipeline import write_dvc_yaml
-    from stages.atomic import output_dir
+    from gocore.atomic import output_dir
 
     if folder.exists():
         raise ParamsError(f"{folder} exists but has no params.yaml; remove it or pick another")
@@ -137,7 +138,7 @@ _KEY = re.compile(r"^(\s*)([A-Za-z_]+):[^#\n]*?(\s*#.*)?$")
 def completed_generations(repo: Path) -> int:
     """How many generations, from 0 on, have been promoted (their promote stage has run)."""
     n = 0
-    while (repo / f"models/gen-{n}/champion/promotion.json").is_file():
+    while (repo / layout.promotion(n)).is_file():
         n += 1
     return n
 
@@ -150,11 +151,10 @@ def where(repo: Path) -> str:
     done = completed_generations(repo)
     lines = []
     if done:
-        folder = repo / f"models/gen-{done - 1}/champion"
-        promotion = json.loads((folder / "promotion.json").read_text())
+        promotion = json.loads((repo / layout.promotion(done - 1)).read_text())
         champion = promotion.get("champion")
         if champion:
-            path = folder / "champion.pt"
+            path = repo / layout.champion(done - 1)
             lines.append(
                 f"champion:  {path} ({champion['id']}, a {champion.get('net', '?')}, "
                 f"promoted at generation {champion['generation']})"
@@ -162,6 +162,6 @@ def where(repo: Path) -> str:
         else:
             lines.append("champion:  none yet (no candidate has passed its gate)")
     lines.append(f"MLflow UI: tengen ui --repo {repo}   (then http://127.0.0.1:5000)")
-    lines.append(f"reports:   {repo / 'reports'} (selfplay/, train/, gate/)")
+    lines.append(f"reports:   {repo / layout.REPORTS} (selfplay/, train/, gate/, eval/)")
     lines.append(f"plots:     cd {repo} && dvc plots show")
     return "\n".join(lines)

@@ -457,7 +457,7 @@ def compile_ptx(cc: tuple[int, int] = (9, 0)) -> dict[str, int]:
     leaves = search.new_leaves(b, 2)
     f32 = np.zeros(4, np.float32)
     marks = np.zeros(leaves.color.shape, np.bool_)
-    params = search.DEFAULT_PARAMS
+    params = search.SearchParams(*[0.5] * len(search.SearchParams._fields))  # types only
     which = np.ones(2, np.bool_)
     samples = {
         "reset": (b,),

@@ -50,20 +50,18 @@ _S11 = np.uint64(11)  # an edge with no node yet; a node with no edges yet (not 
 
 
 class SearchParams(NamedTuple):
-    """The search's knobs (all numbers, so the kernels take them as one tuple)."""
+    """The search's knobs (all numbers, so the kernels take them as one tuple). No defaults
+    here: params.yaml's search sections are where they live (stages.params builds this)."""
 
-    c_puct: float = 1.1
-    puct_exponent: float = 0.5  # 0.5: AlphaZero's sqrt; Cazenave's generalized PUCT: 0.737
-    fpu_reduction: float = 0.2  # unvisited children: parent's value - this * sqrt(visited prior)
-    root_fpu_reduction: float = 0.0
-    forced_playouts_k: float = 2.0  # n_forced = sqrt(k * P * total visits); 0 turns them off
-    virtual_loss: float = 1.0
+    c_puct: float
+    puct_exponent: float  # 0.5: AlphaZero's sqrt; Cazenave's generalized PUCT: 0.737
+    fpu_reduction: float  # unvisited children: parent's value - this * sqrt(visited prior)
+    root_fpu_reduction: float
+    forced_playouts_k: float  # n_forced = sqrt(k * P * total visits); 0 turns them off
+    virtual_loss: float
     # Appendix F: utility = win value + score_utility * (2/pi) atan((score - centre) / width),
     # the centre being the root's expected score when its search began; 0 turns it off.
-    score_utility: float = 0.0
-
-
-DEFAULT_PARAMS = SearchParams()
+    score_utility: float
 
 
 class Tree(NamedTuple):
@@ -796,7 +794,7 @@ def search(
     evaluate,
     visits: int | np.ndarray,
     *,
-    params: SearchParams = DEFAULT_PARAMS,
+    params: SearchParams,
     leaves_per_game: int = 1,
     tree: Tree | None = None,
     leaves: Boards | None = None,

@@ -105,36 +105,6 @@ class SelfPlayConfig:
     decided_weight: float  # weight of a decided game's rows
     max_moves_per_area: float  # a game stops after this x area moves and is scored as it stands
 
-    def __post_init__(self):
-        def fail(what):
-            raise ValueError(f"selfplay config: {what}")
-
-        for name in ("full_visits", "cheap_visits", "decided_visits", "leaves_per_game"):
-            if getattr(self, name) < 1:
-                fail(f"{name} must be >= 1 (got {getattr(self, name)})")
-        for name in (
-            "full_probability",
-            "noise_epsilon",
-            "handicap_probability",
-            "early_fork_probability",
-            "side_position_probability",
-            "side_continue_probability",
-            "decided_winrate",
-            "decided_weight",
-        ):
-            value = getattr(self, name)
-            if not 0.0 <= value <= 1.0:
-                fail(f"{name} must be within 0..1 (got {value})")
-        if not self.board_sizes or any(not 2 <= s <= 19 or w < 0 for s, w in self.board_sizes):
-            fail(f"board_sizes must map sizes 2..19 to weights >= 0 (got {self.board_sizes})")
-        if sum(w for _, w in self.board_sizes) <= 0 or sum(w for _, w in self.rules) <= 0:
-            fail("board_sizes and rules need a positive total weight")
-        unknown = [name for name, _ in self.rules if name not in PRESETS]
-        if unknown:
-            fail(f"unknown rules {unknown}; presets: {sorted(PRESETS)}")
-        if self.max_moves_per_area <= 0 or self.temperature_end <= 0:
-            fail("max_moves_per_area and temperature_end must be > 0")
-
     @property
     def largest(self) -> int:
         return max(s for s, w in self.board_sizes if w > 0)
@@ -207,20 +177,20 @@ class Rows:
         self.layout = layout
         self.width = {
             "planes": F.packed_length(layout),
-            "glob": F.N_GLOBALS,
-            "policy": layout * layout + 1,
+            "globals": F.N_GLOBALS,
+            "policy_target": layout * layout + 1,
         }
         self.dtypes = {
             "slot_game": np.int64,
             "turn": np.int32,
             "to_move": np.int8,
-            "size": np.int8,
+            "board_size": np.int8,
             "planes": np.uint8,
-            "glob": np.float32,
-            "policy": np.float32,
+            "globals": np.float32,
+            "policy_target": np.float32,
             "policy_weight": np.float32,
             "value_weight": np.float32,
-            "next_move": np.int16,
+            "opponent_move": np.int16,
             "visits": np.int32,
             "root_value": np.float32,
             "root_score": np.float32,
@@ -711,7 +681,7 @@ class SelfPlay:
         follows = (prev >= 0) & (self.last_row_turn[idx] == turn - 1) & ~stop
         if follows.any():
             sizes = self.roots.size[idx[follows]]
-            self.rows.columns["next_move"][prev[follows]] = self._local(moves[follows], sizes)
+            self.rows.columns["opponent_move"][prev[follows]] = self._local(moves[follows], sizes)
         # Rows of the searched moves (full searches; cheap ones too if asked).
         recorded = (kind == FULL) | ((kind == CHEAP) & c.record_cheap_searches)
         if recorded.any():
@@ -784,13 +754,13 @@ class SelfPlay:
             slot_game=self.game[s_idx],
             turn=self.roots.move_count[s_idx],
             to_move=self.roots.to_move[s_idx],
-            size=sizes,
+            board_size=sizes,
             planes=packed,
-            glob=self.root_glob[s_idx],
-            policy=policy,
+            globals=self.root_glob[s_idx],
+            policy_target=policy,
             policy_weight=np.where(full, weight, 0.0),
             value_weight=weight,
-            next_move=np.full(len(s_idx), -1),
+            opponent_move=np.full(len(s_idx), -1),
             visits=self.tree.visits[s_idx, S.ROOT],
             root_value=win[s_idx],
             root_score=mover * black_lead[s_idx],

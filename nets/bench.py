@@ -8,6 +8,7 @@ one is present) the same runs with bf16 autocast and channels_last.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 
@@ -15,7 +16,7 @@ import torch
 from torch import nn
 
 from nets.config import SIZES, NetConfig
-from nets.losses import loss_terms
+from nets.losses import LossWeights, loss_terms
 from nets.model import GoNet
 
 
@@ -64,11 +65,11 @@ def _targets(batch: int, board: int, device: str) -> dict[str, torch.Tensor]:
     return {
         k: v.to(device)
         for k, v in {
-            "policy": policy / policy.sum(dim=1, keepdim=True),
+            "policy_target": policy / policy.sum(dim=1, keepdim=True),
             "policy_weight": torch.ones(batch),
             "opponent_move": torch.randint(0, moves, (batch,), generator=g),
             "outcome": torch.eye(3)[torch.randint(0, 3, (batch,), generator=g)],
-            "score": torch.randint(-40, 40, (batch,), generator=g).float() + 0.5,
+            "final_score": torch.randint(-40, 40, (batch,), generator=g).float() + 0.5,
             "ownership": torch.randint(-1, 2, (batch, board, board), generator=g).float(),
             "value_weight": torch.ones(batch),
         }.items()
@@ -121,6 +122,10 @@ def available_bytes() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
+# The terms' weights scale them and do not change the work: all ones.
+UNIT = LossWeights(**{f.name: 1.0 for f in dataclasses.fields(LossWeights)})
+
+
 def bench_one(name: str, board: int, batch: int, device: str, seconds: float) -> dict:
     config = SIZES[name]
     model = GoNet(config).to(device)
@@ -146,7 +151,7 @@ def bench_one(name: str, board: int, batch: int, device: str, seconds: float) ->
     def train_step():
         with autocast:
             out = model(planes, glob)
-            loss = loss_terms(out, target, planes[:, 0], model)["total"]
+            loss = loss_terms(out, target, planes[:, 0], model, weights=UNIT)["total"]
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()

@@ -8,12 +8,11 @@ Saving is atomic (a temporary file renamed into place). Export: TorchScript, and
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 import torch
 
+from gocore.atomic import atomic_path
 from nets.config import NetConfig
 from nets.model import GoNet
 
@@ -22,6 +21,10 @@ FORMAT = "tengen-net-1"
 
 class CheckpointError(ValueError):
     """A checkpoint that cannot be used: unreadable, not ours, or not the expected net."""
+
+    def __init__(self, message: str, path: Path | None = None):
+        super().__init__(message)
+        self.path = path
 
 
 def save(model: GoNet, path: str | Path, meta: dict | None = None) -> Path:
@@ -33,17 +36,8 @@ def save(model: GoNet, path: str | Path, meta: dict | None = None) -> Path:
         "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()},
         "meta": dict(meta or {}),
     }
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
+    with atomic_path(path) as tmp:
         torch.save(payload, tmp)
-        mask = os.umask(0)
-        os.umask(mask)
-        os.chmod(tmp, 0o666 & ~mask)  # mkstemp's 0600, as a new file would be
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
     return path
 
 
@@ -56,17 +50,18 @@ def load(
     try:
         payload = torch.load(path, map_location=device, weights_only=True)
     except FileNotFoundError:
-        raise CheckpointError(f"checkpoint {path} does not exist") from None
+        raise CheckpointError(f"checkpoint {path} does not exist", path=path) from None
     except Exception as e:  # noqa: BLE001 - torch raises many kinds on a corrupt file
         raise CheckpointError(
-            f"checkpoint {path} cannot be read: not a torch checkpoint ({type(e).__name__}: {e})"
+            f"checkpoint {path} cannot be read: not a torch checkpoint ({type(e).__name__}: {e})",
+            path=path,
         ) from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
-        raise CheckpointError(f"checkpoint {path} is not a {FORMAT} file")
+        raise CheckpointError(f"checkpoint {path} is not a {FORMAT} file", path=path)
     try:
         config = NetConfig.from_dict(payload["config"])
     except (KeyError, TypeError, ValueError) as e:
-        raise CheckpointError(f"checkpoint {path} has a bad net config: {e}") from None
+        raise CheckpointError(f"checkpoint {path} has a bad net config: {e}", path=path) from None
     if expect is not None and config != expect:
         diff = {
             k: (v, expect.as_dict()[k])
@@ -75,13 +70,16 @@ def load(
         }
         raise CheckpointError(
             f"checkpoint {path} holds net {config.name}, not {expect.name}; "
-            f"differs in (found, expected): {diff}"
+            f"differs in (found, expected): {diff}",
+            path=path,
         )
     model = GoNet(config)
     try:
         model.load_state_dict(payload["state_dict"], strict=True)
     except (KeyError, RuntimeError) as e:
-        raise CheckpointError(f"checkpoint {path}: weights do not fit {config.name}: {e}") from None
+        raise CheckpointError(
+            f"checkpoint {path}: weights do not fit {config.name}: {e}", path=path
+        ) from None
     return model.to(device).eval(), payload.get("meta", {})
 
 

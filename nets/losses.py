@@ -30,29 +30,18 @@ from nets.model import score_values
 
 @dataclasses.dataclass(frozen=True)
 class LossWeights:
-    policy: float = 1.0
-    opponent_policy: float = 0.15
-    outcome: float = 1.5
-    ownership: float = 1.5  # divided by the board's area, summed over its points
-    score_pdf: float = 0.02
-    score_cdf: float = 0.02
-    score_mean: float = 0.004
-    score_stdev: float = 0.004
-    l2: float = 3e-5
+    """Each term's weight. No defaults here: params.yaml's `loss` section is where they live
+    (stages.params.LossParams validates it and builds this)."""
 
-    @classmethod
-    def from_params(cls, section: dict | None, where: str = "params.yaml: loss") -> LossWeights:
-        section = section or {}
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(section) - names)
-        if unknown:
-            raise ValueError(f"{where}: unknown keys {unknown} (known: {sorted(names)})")
-        values = {}
-        for key, value in section.items():
-            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-                raise ValueError(f"{where}.{key} must be a number >= 0 (got {value!r})")
-            values[key] = float(value)
-        return cls(**values)
+    policy: float
+    opponent_policy: float
+    outcome: float
+    ownership: float  # divided by the board's area, summed over its points
+    score_pdf: float
+    score_cdf: float
+    score_mean: float
+    score_stdev: float
+    l2: float
 
 
 def _huber(x: torch.Tensor, delta: float) -> torch.Tensor:
@@ -64,7 +53,8 @@ def loss_terms(
     target: dict[str, torch.Tensor],
     mask: torch.Tensor,
     model: nn.Module | None = None,
-    weights: LossWeights = LossWeights(),
+    *,
+    weights: LossWeights,
 ) -> dict[str, torch.Tensor]:
     """Each weighted loss term averaged over the batch, and their sum as "total". `mask` is the
     board mask (B, T, T) (plane 0 of the inputs)."""
@@ -75,7 +65,7 @@ def loss_terms(
     known = value_weight * target["score_weight"] if "score_weight" in target else value_weight
 
     log_policy = F.log_softmax(out["policy"].float(), dim=1)
-    policy = -(target["policy"] * log_policy).sum(dim=1) * policy_weight
+    policy = -(target["policy_target"] * log_policy).sum(dim=1) * policy_weight
 
     reply = target["opponent_move"]
     has_reply = (reply >= 0).float()
@@ -98,7 +88,7 @@ def loss_terms(
     values = score_values_like(out["score_belief"])
     log_belief = F.log_softmax(out["score_belief"].float(), dim=1)  # (B, S)
     target_bin = (
-        torch.round((target["score"] - values[0]) * 2.0).long().clamp(0, values.numel() - 1)
+        torch.round((target["final_score"] - values[0]) * 2.0).long().clamp(0, values.numel() - 1)
     )
     score_pdf = -log_belief.gather(1, target_bin[:, None]).squeeze(1)
     belief = log_belief.exp()

@@ -543,10 +543,18 @@ class GtpEngine:
         upto = None
         if len(args) == 2:
             # GTP: the position before move `move_number` is played.
-            upto = max(self._int(args[1], "move number") - 1, 0)
+            number = self._int(args[1], "move number")
+            if number < 1:
+                raise GtpError(f"syntax error: move number must be >= 1 (got {number})")
+            upto = number - 1
         try:
             record = read_sgf(args[0])
-            game = replay(record, self.game.rules.with_komi(record.komi), upto=upto)
+            if upto is not None and upto > len(record.moves):
+                raise SgfError(f"{args[0]}: no move {upto + 1}: the game has {len(record.moves)}")
+            # A file without KM[] leaves the komi as it was (komi, kgs-rules or the default).
+            if not record.komi_given:
+                record.komi = self.game.rules.komi
+            game = replay(record, self.game.rules, upto=upto)
         except SgfError as e:
             raise GtpError(f"cannot load file: {e}") from None
         self.game = game

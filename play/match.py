@@ -8,17 +8,16 @@ import contextlib
 import dataclasses
 import json
 import math
-import os
 import queue
 import shlex
 import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from gocore.atomic import write_text
 from gocore.board import BLACK, WHITE
 from gocore.rules import Rules, fixed_handicap_points
 from play.game import Game, IllegalMoveError, Point
@@ -448,9 +447,4 @@ def _parse_points(text: str, size: int) -> list[Point]:
 
 
 def _write_json(path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=2)
-        f.write("\n")
-    os.replace(tmp, path)
+    write_text(json.dumps(data, indent=2) + "\n", path)

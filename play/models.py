@@ -1,42 +1,23 @@
-"""Which net to play: a checkpoint path, a run folder (its newest champion), an MLflow model
+"""Which net to play: a checkpoint path, a champion folder, an MLflow model
 URI (`models:/tengen@champion`, `runs:/<id>/candidate`), or `uniform` (generation 0's uniform
 priors and even value: the search alone), loaded as the search's evaluator.
 
 Every path ends at a tengen checkpoint read with `torch.load(weights_only=True)`: an MLflow
-model is fetched for the checkpoint it carries (logged beside the pickled model), never
-unpickled.
+model is the checkpoint itself (stages.ema logs it so), fetched and never unpickled. (A run
+folder's newest champion is found by the CLI, which knows the run's layout.)
 """
 
 from __future__ import annotations
 
 import hashlib
-import re
 import tempfile
 from pathlib import Path
 
 CHAMPION = "champion.pt"
-PROMOTION = "promotion.json"
 
 
 class ModelError(ValueError):
     """A model that cannot be found or read; the message says what and where."""
-
-
-def newest_champion(run: Path) -> Path:
-    """The champion of the highest generation of a run folder (models/gen-N/champion)."""
-    found = []
-    for folder in (run / "models").glob("gen-*/champion"):
-        match = re.fullmatch(r"gen-(\d+)", folder.parent.name)
-        if match and (folder / CHAMPION).is_file():
-            found.append((int(match[1]), folder / CHAMPION))
-    if (run / CHAMPION).is_file():
-        return run / CHAMPION
-    if not found:
-        raise ModelError(
-            f"{run} holds no champion (no models/gen-N/champion/{CHAMPION}): train a "
-            "generation first (tengen run), or give a checkpoint"
-        )
-    return max(found)[1]
 
 
 UNIFORM = "uniform"
@@ -49,8 +30,8 @@ def resolve(spec: str, *, tracking_uri: str | None = None) -> Path | None:
     if spec.startswith(("models:/", "runs:/")):
         return _from_mlflow(spec, tracking_uri)
     path = Path(spec).expanduser()
-    if path.is_dir():
-        return newest_champion(path)
+    if path.is_dir() and (path / CHAMPION).is_file():
+        return path / CHAMPION
     if path.is_file():
         return path
     raise ModelError(f"--model {spec}: no such file or folder (a checkpoint, a run folder, or an "

@@ -7,12 +7,14 @@ Parsing and serialising are sgfmill's; this module maps records to tengen's term
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
-import tempfile
+import stat
 from pathlib import Path
 
 from sgfmill import sgf as sgfmill_sgf
 
+from gocore.atomic import write_bytes
 from gocore.board import BLACK, MAX_SIZE, MIN_SIZE, WHITE
 from gocore.rules import Rules, rules_from_sgf
 from play.game import Game, IllegalMoveError, Move, Point
@@ -31,6 +33,7 @@ class GameRecord:
 
     size: int = 19
     komi: float = 7.5
+    komi_given: bool = True  # False: the file has no KM[] (komi above is then 0)
     rules: str | None = None  # RU[] as written
     handicap: int = 0
     setup: list[tuple[int, Point]] = dataclasses.field(default_factory=list)  # root AB/AW
@@ -54,13 +57,34 @@ class GameRecord:
         )
 
 
-def read_sgf(path: str | os.PathLike) -> GameRecord:
+MAX_SGF_BYTES = 8 << 20  # far beyond any game record: 19x19 with every variation of a book
+
+
+def read_sgf(path: str | os.PathLike, *, max_bytes: int = MAX_SGF_BYTES) -> GameRecord:
+    """A game record from a regular file of at most `max_bytes` (a FIFO, a device or a huge
+    file is refused rather than read: an engine must not hang on `loadsgf /dev/zero`)."""
     path = Path(path)
     try:
-        data = path.read_bytes()
+        with open(path, "rb", opener=_open_regular) as f:
+            if os.fstat(f.fileno()).st_size > max_bytes:
+                raise SgfError(f"{path}: larger than {max_bytes >> 20} MB: not a game record")
+            data = f.read(max_bytes + 1)
     except OSError as e:
         raise SgfError(f"{path}: cannot read: {e.strerror}") from None
+    if len(data) > max_bytes:
+        raise SgfError(f"{path}: larger than {max_bytes >> 20} MB: not a game record")
     return parse_sgf(data, source=str(path))
+
+
+def _open_regular(path, flags):
+    """Open without blocking (a FIFO with no writer would wait forever), then refuse what is
+    not a regular file."""
+    fd = os.open(path, flags | os.O_NONBLOCK)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file")
+    os.set_blocking(fd, True)
+    return fd
 
 
 def parse_sgf(data: bytes | str, *, source: str = "<sgf>") -> GameRecord:
@@ -79,7 +103,8 @@ def parse_sgf(data: bytes | str, *, source: str = "<sgf>") -> GameRecord:
     if not MIN_SIZE <= size <= MAX_SIZE:
         raise SgfError(f"{source}: board size {size} is not supported ({MIN_SIZE}..{MAX_SIZE})")
     record = GameRecord(size=size, source=source)
-    record.komi = _komi(root, source)
+    komi = _komi(root, source)
+    record.komi, record.komi_given = (0.0, False) if komi is None else (komi, True)
     record.rules = _text(root, "RU")
     record.result = _text(root, "RE")
     record.black = _text(root, "PB")
@@ -153,7 +178,7 @@ def _text(node, ident: str) -> str | None:
     return value if value != "" else None
 
 
-def _komi(root, source: str) -> float:
+def _komi(root, source: str) -> float | None:
     # KM is FF[4]'s komi; some files (e.g. from YuanYu) write it as KO[] instead.
     for ident in ("KM", "KO"):
         if root.has_property(ident):
@@ -164,7 +189,7 @@ def _komi(root, source: str) -> float:
                 return float(raw)
             except ValueError:
                 raise SgfError(f"{source}: bad komi {ident}[{raw}]") from None
-    return 0.0
+    return None
 
 
 def _point(rc: tuple[int, int], size: int) -> Point:
@@ -265,17 +290,4 @@ def write_sgf(record: GameRecord) -> bytes:
 
 def save_sgf(record: GameRecord, path: str | os.PathLike) -> Path:
     """Write atomically: a temporary file in the same folder, then a rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(write_sgf(record))
-        mask = os.umask(0)
-        os.umask(mask)
-        os.chmod(tmp, 0o666 & ~mask)  # mkstemp's 0600, as a new file would be
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return write_bytes(write_sgf(record), path)

@@ -23,28 +23,25 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from pydantic import Field
 
+from gocore.atomic import atomic_path, output_dir
 from nets.checkpoint import load, save
 from nets.model import GoNet, MaskedBatchNorm
-from stages import cli
-from stages.atomic import output_dir
+from stages import cli, layout
 from stages.cli import InputError
-from stages.lines import line_for
-from stages.params import Section, device_of, load_params, section
-from stages.train import TrainParams, batches, check_window, window_files, window_lineage
+from stages.params import Device, EmaParams, Section, TrainParams, read
+from stages.spec import DvcStage, Plan, sections
+from stages.window import batches, check_window, window_files, window_lineage
 
 STATE_FORMAT = "tengen-ema-state-1"
 
 
-class EmaParams(Section):
-    """params.yaml `ema:`."""
+class Params(Section):
+    """What the EMA stage reads of params.yaml (train.tensor: the window's planes' size)."""
 
-    decay: float = Field(gt=0, lt=1)
-    every: int = Field(ge=1)
-    bn_batches: int = Field(ge=0)
-    bn_batch_size: int = Field(ge=1)
-    seed: int
+    ema: EmaParams
+    train: TrainParams
+    device: Device
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,7 +51,19 @@ class EmaIO:
     window: Path  # data/windows/gen-N (for the batch-norm statistics)
     out: Path  # models/gen-N/ema
     previous: Path | None = None  # models/gen-(N-1)/ema
-    device: str = "cpu"
+
+
+def dvc(n: int, plan: Plan) -> list[DvcStage]:
+    """One EMA stage per net training in generation n (stages.lines)."""
+    return [
+        DvcStage(
+            line.stage("ema", n), "stages.ema", f"--generation {n}{flags}", sections(Params),
+            deps=(str(layout.train_dir(n, line.grown)), str(layout.window_dir(n)),
+                  *([str(layout.ema_dir(n - 1, line.grown))] if before else [])),
+            outs=(str(layout.ema_dir(n, line.grown)),),
+        )
+        for line, flags, before in plan.carried(n)
+    ]  # fmt: skip
 
 
 def _snapshots(folder: Path) -> list[Path]:
@@ -78,9 +87,12 @@ def _previous_average(previous: Path | None, config, device: str):
         raise InputError(f"ema: {path} cannot be read ({e}); rerun its ema stage") from None
     if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
         raise InputError(f"ema: {path} is not an EMA state")
-    if state["config"] != config.as_dict():
+    if state.get("config") != config.as_dict():
         return None  # another net size (a promotion): the average starts again
-    return state["average"]
+    average = state.get("average")
+    if not isinstance(average, dict):
+        raise InputError(f"ema: {path} holds no average; rerun its ema stage")
+    return average
 
 
 def average(previous: dict | None, snapshots: list[dict], decay: float, every: int) -> dict:
@@ -120,7 +132,7 @@ def update_batch_norm(model: GoNet, data, count: int) -> int:
                 m.momentum = 1.0 / (k + 1)  # a running mean of the batches' statistics
             model(
                 torch.as_tensor(arrays["planes"], device=device),
-                torch.as_tensor(arrays["glob"], device=device),
+                torch.as_tensor(arrays["globals"], device=device),
             )
             used += 1
     finally:
@@ -130,20 +142,28 @@ def update_batch_norm(model: GoNet, data, count: int) -> int:
     return used
 
 
-def run(params: EmaParams, io: EmaIO, *, tensor: int) -> dict:
+def run(params: Params, io: EmaIO) -> dict:
+    device, tensor, params = params.device, params.train.tensor, params.ema
     paths = _snapshots(io.snapshots)
     snapshots, meta, config = [], {}, None
     for path in paths:
-        model, meta = load(path, device=io.device)
+        model, meta = load(path, device=device)
         if config is not None and model.config != config:
             raise InputError(f"ema: {path} is a {model.config.name}, the others {config.name}")
         config = model.config
         snapshots.append({k: v.detach() for k, v in model.state_dict().items()})
     avg = average(
-        _previous_average(io.previous, config, io.device), snapshots, params.decay, params.every
+        _previous_average(io.previous, config, device), snapshots, params.decay, params.every
     )
-    model = GoNet(config).to(io.device)
-    model.load_state_dict(avg)
+    model = GoNet(config).to(device)
+    try:
+        model.load_state_dict(avg)
+    except (KeyError, RuntimeError) as e:
+        first = str(e).strip().splitlines()[0]
+        raise InputError(
+            f"ema: {io.previous / 'state.pt'}'s average does not fit a {config.name} net "
+            f"({first}); rerun the ema stage that wrote it"
+        ) from None
     used = 0
     if params.bn_batches:
         files, manifest = window_files(io.window, stage="ema")
@@ -165,14 +185,13 @@ def run(params: EmaParams, io: EmaIO, *, tensor: int) -> dict:
                 "snapshots": len(paths),
             },
         )
-        torch.save(
-            {
-                "format": STATE_FORMAT,
-                "config": config.as_dict(),
-                "average": {k: v for k, v in model.state_dict().items()},
-            },
-            tmp / "state.pt",
-        )
+        state = {
+            "format": STATE_FORMAT,
+            "config": config.as_dict(),
+            "average": {k: v for k, v in model.state_dict().items()},
+        }
+        with atomic_path(tmp / "state.pt") as path:
+            torch.save(state, path)
     return {
         "generation": io.generation,
         "net": config.name,
@@ -194,57 +213,54 @@ def main(argv: list[str] | None = None) -> int:
     n = args.generation
 
     def work(tracked):
-        raw = load_params(args.params)
-        params = section(raw, "ema", EmaParams, source=args.params)
-        tensor = section(raw, "train", TrainParams, source=args.params).tensor
-        line = line_for(args.net)
-        previous = args.previous or (line.ema_dir(n - 1) if n > 0 and not args.fresh else None)
+        params = read(args.params, Params)
+        cli.set_threads(params.ema.threads)
+        net = args.net
+        previous = args.previous or (
+            layout.ema_dir(n - 1, net) if n > 0 and not args.fresh else None
+        )
         io = EmaIO(
             generation=n,
-            snapshots=args.snapshots or line.train_dir(n) / "snapshots",
-            window=args.window or Path(f"data/windows/gen-{n}"),
-            out=args.out or line.ema_dir(n),
+            snapshots=args.snapshots or layout.snapshots_dir(n, net),
+            window=args.window or layout.window_dir(n),
+            out=args.out or layout.ema_dir(n, net),
             previous=previous,
-            device=device_of(raw, args.params),
         )
-        metrics = run(params, io, tensor=tensor)
+        metrics = run(params, io)
         if tracked is not None:
             track(tracked, io)
         return metrics
 
-    return cli.finish("ema", work, params=args.params, generation=n, net=args.net)
+    return cli.finish("ema", work, Params, params=args.params, generation=n, net=args.net)
 
 
 def track(tracked, io: EmaIO) -> None:
-    """The candidate as an MLflow model, registered, with alias `candidate`; its version's
-    tags give its checkpoint's digest and the window (and so the games) it learned from."""
+    """The candidate as an MLflow model, registered, with alias `candidate`: the checkpoint
+    itself (it loads with torch.load(weights_only=True): nothing is unpickled), its version's
+    tags giving the checkpoint's digest and the window (and so the games) it learned from."""
     import mlflow
 
     from stages.tracking import model_digest
 
     path = io.out / "candidate.pt"
     model, meta = load(path)
-    _, manifest = window_files(io.window, stage="ema")
+    _, manifest = window_files(io.window, "ema")
     lineage = window_lineage(tracked.tracker, manifest)
     tracked.log_window(io.window, manifest, context="training")
     digest = model_digest(path)
-    info = mlflow.pytorch.log_model(
-        model,
-        name="candidate",
-        registered_model_name=tracked.tracker.model_name,
-        serialization_format="pickle",  # GoNet from tengen's nets; the checkpoint rides along
-        pip_requirements=[f"torch=={torch.__version__.split('+')[0]}", "numpy"],
-        extra_files=[str(path)],
-    )
-    version = str(info.registered_model_version)
     tags = {
         "tengen.sha256": digest,
         "tengen.model_id": meta.get("model_id", ""),
         "tengen.generation": str(io.generation),
         "tengen.net": model.config.name,
+        "tengen.format": "tengen checkpoint (nets.checkpoint.load)",
         **lineage,
     }
     client, name = tracked.client, tracked.tracker.model_name
+    logged = mlflow.initialize_logged_model(name="candidate", tags=tags)
+    client.log_model_artifact(logged.model_id, str(path))
+    mlflow.finalize_logged_model(logged.model_id, "READY")
+    version = str(mlflow.register_model(f"models:/{logged.model_id}", name).version)
     for key, value in tags.items():
         client.set_model_version_tag(name, version, key, value)
     client.set_registered_model_alias(name, "candidate", version)

@@ -25,39 +25,22 @@ import shutil
 import sys
 from pathlib import Path
 
-from pydantic import Field
-
+from gocore.atomic import output_dir, write_json
 from gocore.rules import PRESETS
 from play.match import GameResult, Match, MatchConfig, wilson_interval
-from play.models import PROMOTION, UNIFORM
+from play.models import UNIFORM
 from play.ratings import Pairing, RatingError, fit
-from stages import cli
-from stages.atomic import output_dir, write_json
+from stages import cli, layout
 from stages.cli import InputError
-from stages.params import MatchSearchSection, Section, device_of, load_params, section
+from stages.params import Device, EvaluateParams, Section, read
+from stages.spec import DvcStage, Plan, sections
 
-CHAMPION = "models/gen-{g}/champion/champion.pt"
 
+class Params(Section):
+    """What the evaluate stage reads of params.yaml."""
 
-class EvaluateParams(Section):
-    """params.yaml `evaluate:`."""
-
-    every: int = Field(ge=0)  # evaluate every this many generations and after the last; 0: off
-    games: int = Field(ge=1)  # per opponent
-    board_size: int = Field(ge=2, le=19)
-    rules: str
-    komi: float
-    visits: int = Field(ge=1)
-    leaves_per_game: int = Field(ge=1)
-    search: MatchSearchSection
-    opponents: dict[str, str] = Field(min_length=1)  # name: GTP command line
-    past_champions: int = Field(ge=0)
-    anchor: str
-    anchor_elo: float
-    prior_draws: float = Field(ge=0)
-    referee: str | None
-    workers: int = Field(ge=1)
-    timeout: float = Field(gt=0)  # seconds an engine may take per command
+    evaluate: EvaluateParams
+    device: Device
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,14 +52,28 @@ class EvaluateIO:
     history: Path  # reports/eval/history-gen-N.json
     earlier: tuple[int, ...] = ()  # generations evaluated before, oldest first
     params_path: Path = Path("params.yaml")
-    reports: Path | None = Path("reports")  # None: outside a run (no self-play compute)
-    device: str = "cpu"
+    reports: Path | None = layout.REPORTS  # None: outside a run (no self-play compute)
     name: str | None = None  # the champion's name in the ratings (default gen-N)
 
 
-def evaluated(generation: int, generations: int, every: int) -> bool:
-    """Whether generation n has an evaluate stage: every `every` generations, and the last."""
-    return every > 0 and ((generation + 1) % every == 0 or generation == generations - 1)
+def dvc(n: int, plan: Plan) -> list[DvcStage]:
+    """Generation n's evaluation, when it is due (every `evaluate.every` and the last)."""
+    if not plan.evaluated(n):
+        return []
+    earlier = plan.evaluated_before(n)
+    count = plan.evaluation.past_champions
+    past = earlier[len(earlier) - count :] if count else []
+    flag = f" --earlier {','.join(map(str, earlier))}" if earlier else ""
+    deps = [layout.champion_dir(n), *(layout.champion_dir(k) for k in past)]
+    deps += [layout.eval_report(k) for k in earlier]
+    deps += [layout.selfplay_report(k) for k in range(n + 1)]
+    return [
+        DvcStage(
+            f"evaluate-{n}", "stages.evaluate", f"--generation {n}{flag}", sections(Params),
+            deps=tuple(map(str, deps)), outs=(str(layout.eval_games(n)),),
+            metrics=(str(layout.eval_report(n)),), plots=(str(layout.eval_history(n)),),
+        )
+    ]  # fmt: skip
 
 
 def engine_command(command: str) -> str:
@@ -93,20 +90,10 @@ def engine_command(command: str) -> str:
     return shlex.join(words)
 
 
-def _champion(path: Path, stage: str) -> Path | None:
-    """A champion's checkpoint; None (the uniform priors) where its promote stage ran before
-    any candidate passed a gate."""
-    if path.is_file():
-        return path
-    if (path.parent / PROMOTION).is_file():
-        return None
-    raise InputError(f"evaluate: {path} does not exist; run {stage} first")
-
-
-def champion_command(path: Path | None, params: EvaluateParams, io: EvaluateIO) -> str:
+def champion_command(path: Path | None, params: EvaluateParams, device: str, io: EvaluateIO):
     return shlex.join([
         sys.executable, "-m", "flows.cli", "gtp", "--model", str(path or UNIFORM),
-        "--visits", str(params.visits), "--threads", "1", "--device", io.device,
+        "--visits", str(params.visits), "--threads", str(params.threads), "--device", device,
         "--params", str(io.params_path), "--section", "evaluate",
     ])  # fmt: skip
 
@@ -154,7 +141,7 @@ def compute_spent(reports: Path, generation: int) -> dict:
     and seconds, from reports/selfplay/gen-K.json."""
     total = {"selfplay_evaluations": 0.0, "selfplay_visits": 0.0, "selfplay_seconds": 0.0}
     for k in range(generation + 1):
-        path = reports / "selfplay" / f"gen-{k}.json"
+        path = reports / layout.selfplay_report(k).relative_to(layout.REPORTS)
         try:
             m = json.loads(path.read_text())
         except FileNotFoundError:
@@ -169,7 +156,7 @@ def compute_spent(reports: Path, generation: int) -> dict:
 
 
 def _earlier_report(reports: Path, k: int) -> dict:
-    path = reports / "eval" / f"gen-{k}.json"
+    path = reports / layout.eval_report(k).relative_to(layout.REPORTS)
     try:
         return json.loads(path.read_text())
     except FileNotFoundError:
@@ -178,24 +165,18 @@ def _earlier_report(reports: Path, k: int) -> dict:
         raise InputError(f"evaluate: {path} is not valid JSON ({e}); rerun evaluate-{k}") from None
 
 
-def run(params: EvaluateParams, io: EvaluateIO, *, progress=None) -> dict:
-    if params.rules not in PRESETS:
-        raise InputError(
-            f"evaluate.rules: unknown rules {params.rules!r}; presets: {sorted(PRESETS)}"
-        )
+def run(params: Params, io: EvaluateIO, *, progress=None) -> dict:
+    device, params = params.device, params.evaluate
     champion_path = _champion(io.champion, f"promote-{io.generation}")
     me = io.name or f"gen-{io.generation}"
     if me in params.opponents:
         raise InputError(f"evaluate.opponents: {me!r} is the name of a champion")
     earlier = [_earlier_report(io.reports or Path("reports"), k) for k in io.earlier]
     opponents = {name: engine_command(cmd) for name, cmd in params.opponents.items()}
-    past = {
-        f"gen-{k}": Path(CHAMPION.format(g=k))
-        for k in io.earlier[len(io.earlier) - params.past_champions :]
-        if params.past_champions
-    }
-    for name, path in past.items():
-        opponents[name] = champion_command(_champion(path, f"promote-{name[4:]}"), params, io)
+    past = io.earlier[len(io.earlier) - params.past_champions :] if params.past_champions else []
+    for k in past:
+        path = _champion(layout.champion(k), f"promote-{k}")
+        opponents[f"gen-{k}"] = champion_command(path, params, device, io)
     if params.anchor not in params.opponents and not any(
         params.anchor in (p["a"], p["b"]) for r in earlier for p in r["pairings"]
     ):
@@ -208,7 +189,7 @@ def run(params: EvaluateParams, io: EvaluateIO, *, progress=None) -> dict:
         games=params.games, size=params.board_size, rules=rules, timeout=params.timeout,
         referee=engine_command(params.referee) if params.referee else None,
     )  # fmt: skip
-    champion = champion_command(champion_path, params, io)
+    champion = champion_command(champion_path, params, device, io)
     pairings = []
     with output_dir(io.out) as tmp:
         for name, command in opponents.items():
@@ -306,23 +287,31 @@ def chart(rows: list[dict], params: EvaluateParams, path: Path) -> Path:
 def prepare(
     params_path, generation: int, *, earlier=(), champion=None, out=None, report=None
 ) -> tuple[EvaluateParams, EvaluateIO]:
-    raw = load_params(params_path)
-    params = section(raw, "evaluate", EvaluateParams, source=params_path)
+    params = read(params_path, Params)
     io = EvaluateIO(
         generation=generation,
-        champion=Path(champion or CHAMPION.format(g=generation)),
-        out=Path(out or f"reports/eval/gen-{generation}"),
-        report=Path(report or f"reports/eval/gen-{generation}.json"),
-        history=Path(f"reports/eval/history-gen-{generation}.json"),
+        champion=Path(champion or layout.champion(generation)),
+        out=Path(out or layout.eval_games(generation)),
+        report=Path(report or layout.eval_report(generation)),
+        history=layout.eval_history(generation),
         earlier=tuple(earlier),
         params_path=Path(params_path),
-        device=device_of(raw, params_path),
     )
     if any(k >= generation or k < 0 for k in io.earlier):
         raise InputError(
             f"evaluate: --earlier {list(io.earlier)} must be generations < {generation}"
         )
     return params, io
+
+
+def _champion(path: Path, stage: str) -> Path | None:
+    """A champion's checkpoint; None (the uniform priors) where its promote stage ran before
+    any candidate passed a gate."""
+    if path.is_file():
+        return path
+    if (path.parent / layout.PROMOTION).is_file():
+        return None
+    raise InputError(f"evaluate: {path} does not exist; run {stage} first")
 
 
 def _generations(text: str) -> list[int]:
@@ -358,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
             tracked.log_artifact(io.out, "games")
         return report
 
-    return cli.finish("evaluate", work, params=args.params, generation=args.generation)
+    return cli.finish("evaluate", work, Params, params=args.params, generation=args.generation)
 
 
 if __name__ == "__main__":

@@ -18,39 +18,28 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from pydantic import Field
 
 from gocore.arena import MatchGame, play_match
+from gocore.atomic import output_dir, write_json
 from gocore.board import PASS, point_xy
 from gocore.rules import PRESETS
 from nets.checkpoint import CheckpointError, load
+from play.models import load_evaluator
 from play.sgf import GameRecord, save_sgf
-from stages import cli
-from stages.atomic import output_dir, write_json
+from stages import cli, layout
+from stages.champions import previous_champion
 from stages.cli import InputError
-from stages.lines import line_for, size_of
-from stages.params import MatchSearchSection, Section, device_of, load_params, section
-from stages.promote import previous_champion
-from stages.selfplay import load_net
+from stages.lines import size_of
+from stages.params import Device, GateParams, Section, read
+from stages.spec import DvcStage, Plan, sections
 from stages.tracking import model_digest
 
 
-class GateParams(Section):
-    """params.yaml `gate:`."""
+class Params(Section):
+    """What the gate reads of params.yaml."""
 
-    games: int = Field(ge=1)
-    win_fraction: float = Field(ge=0, le=1)  # 0: no gating, every candidate promoted
-    early_stop: bool
-    slots: int = Field(ge=1)
-    visits: int = Field(ge=2)
-    leaves_per_game: int = Field(ge=1)
-    board_size: int = Field(ge=2, le=19)
-    rules: str
-    komi: float
-    temperature_start: float = Field(gt=0)
-    temperature_end: float = Field(gt=0)
-    search: MatchSearchSection
-    seed: int
+    gate: GateParams
+    device: Device
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,10 +49,24 @@ class GateIO:
     champion: Path | None  # None: the uniform priors of generation 0
     out: Path  # reports/gate/gen-N: the games (sgf/)
     decision: Path  # reports/gate/gen-N.json
-    device: str = "cpu"
     # Why the candidate cannot be promoted whatever it scores (a champion of a bigger net):
     # then no games are played and the decision says so.
     skip: str | None = None
+
+
+def dvc(n: int, plan: Plan) -> list[DvcStage]:
+    """One gate per net training in generation n (stages.lines)."""
+    champion = (str(layout.champion_dir(n - 1)),) if n > 0 else ()
+    out = []
+    for line in plan.active(n):
+        net = line.grown
+        flag = "" if line.primary else f" --net {line.net}"
+        out.append(DvcStage(
+            line.stage("gate", n), "stages.gate", f"--generation {n}{flag}", sections(Params),
+            deps=(str(layout.ema_dir(n, net)), *champion), outs=(str(layout.gate_games(n, net)),),
+            metrics=(str(layout.gate_report(n, net)),),
+        ))  # fmt: skip
+    return out
 
 
 def decided(wins: float, played: int, games: int, needed: float) -> bool | None:
@@ -75,9 +78,8 @@ def decided(wins: float, played: int, games: int, needed: float) -> bool | None:
     return None
 
 
-def run(params: GateParams, io: GateIO) -> dict:
-    if params.rules not in PRESETS:
-        raise InputError(f"gate.rules: unknown rules {params.rules!r}; presets: {sorted(PRESETS)}")
+def run(params: Params, io: GateIO) -> dict:
+    device, params = params.device, params.gate
     if not io.candidate.is_file():
         raise InputError(f"gate: {io.candidate} does not exist; run the ema stage first")
     if io.skip:
@@ -91,8 +93,8 @@ def run(params: GateParams, io: GateIO) -> dict:
         }  # fmt: skip
         write_json(decision, io.decision)
         return decision
-    candidate, candidate_id = load_net(io.candidate, io.device)
-    champion, champion_id = load_net(io.champion, io.device, params.seed)
+    candidate, candidate_id = load_evaluator(io.candidate, device=device)
+    champion, champion_id = load_evaluator(io.champion, device=device, seed=params.seed)
     needed = params.win_fraction * params.games
     rules = PRESETS[params.rules].with_komi(params.komi)
     search = params.search.params()
@@ -165,14 +167,12 @@ def prepare(
     out=None,
     decision=None,
     net: str | None = None,
-) -> tuple[GateParams, GateIO]:
+) -> tuple[Params, GateIO]:
     """The gate's parameters and paths: train.net's candidate, or with `net` that grown
     net's (stages.lines). A candidate smaller than the champion is not played: promote
     never goes back to a smaller net."""
-    raw = load_params(params_path)
-    params = section(raw, "gate", GateParams, source=params_path)
-    line = line_for(net)
-    candidate = Path(candidate or line.candidate(generation))
+    params = read(params_path, Params)
+    candidate = Path(candidate or layout.candidate(generation, net))
     if champion is None:
         champion = previous_champion(generation, "gate")
     skip = None
@@ -188,9 +188,8 @@ def prepare(
         generation=generation,
         candidate=candidate,
         champion=Path(champion) if champion else None,
-        out=Path(out or line.gate_games(generation)),
-        decision=Path(decision or line.report("gate", generation)),
-        device=device_of(raw, params_path),
+        out=Path(out or layout.gate_games(generation, net)),
+        decision=Path(decision or layout.gate_report(generation, net)),
         skip=skip,
     )
     return params, io
@@ -210,12 +209,15 @@ def main(argv: list[str] | None = None) -> int:
             args.params, args.generation, candidate=args.candidate, champion=args.champion,
             out=args.out, decision=args.decision, net=args.net,
         )  # fmt: skip
+        cli.set_threads(params.gate.threads)
         decision = run(params, io)
         if tracked is not None:
             track(tracked, io)
         return decision
 
-    return cli.finish("gate", work, params=args.params, generation=args.generation, net=args.net)
+    return cli.finish(
+        "gate", work, Params, params=args.params, generation=args.generation, net=args.net
+    )
 
 
 def track(tracked, io: GateIO) -> None:

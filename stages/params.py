@@ -1,16 +1,32 @@
-"""params.yaml: read it, and validate one stage's section into a frozen model.
+"""params.yaml: every knob of the pipeline, defined and validated here once.
 
-Every error names the file and the key (and, for YAML syntax, the line), so a typo in a
-300-line params file is found at once and no stage starts on a half-understood setting.
+Each section of params.yaml is a frozen pydantic model with `extra="forbid"` and no defaults
+(params.yaml is where the defaults live). A stage reads exactly the sections its `Params`
+model names (stages.spec), which are also the sections dvc.yaml tracks for it and MLflow logs
+as its params. gocore's configs are built from these models (`SelfPlayParams.config()`,
+`SearchSection.params()`), so gocore validates nothing twice and imports nothing above it.
+
+Every error names the file and the key (and, for YAML syntax, the line) with the value given,
+so a typo in a 300-line params file is found at once and no stage starts on a half-understood
+setting; the stages' command lines turn it into exit status 2.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+)
 
 DEFAULT_PATH = Path("params.yaml")
 
@@ -21,12 +37,28 @@ class ParamsError(ValueError):
 
 class Section(BaseModel):
     """A params.yaml section: every key required (params.yaml is where defaults live), no
-    unknown key, immutable once read."""
+    unknown key, immutable once read. Numbers are not taken from strings or booleans, and
+    are finite."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
 
 
-M = TypeVar("M", bound=Section)
+M = TypeVar("M", bound=BaseModel)
+
+Probability = Field(ge=0.0, le=1.0)
+
+
+def _visible(device: str) -> str:
+    """`cuda` only where torch sees a GPU: refused here rather than failing mid-stage."""
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ValueError("cuda, but torch sees no CUDA GPU here (use cpu)")
+    return device
+
+
+Device = Annotated[Literal["cpu", "cuda"], AfterValidator(_visible)]
 
 
 def load_params(path: str | Path = DEFAULT_PATH) -> dict[str, Any]:
@@ -35,6 +67,8 @@ def load_params(path: str | Path = DEFAULT_PATH) -> dict[str, Any]:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ParamsError(f"{path}: no such parameters file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ParamsError(f"{path}: cannot be read ({e})") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
@@ -49,28 +83,90 @@ def load_params(path: str | Path = DEFAULT_PATH) -> dict[str, Any]:
     return data
 
 
-DEVICES = ("cpu", "cuda")
+def _problems(e: ValidationError, prefix: str) -> str:
+    out = []
+    for err in e.errors():
+        key = ".".join(str(p) for p in (prefix, *err["loc"]) if p != "")
+        given = err.get("input")
+        shown = repr(given) if not isinstance(given, dict | list) or len(repr(given)) < 60 else ""
+        message = err["msg"].removeprefix("Value error, ")
+        out.append(f"{key}: {message}" + (f" (got {shown})" if shown else ""))
+    return "; ".join(out)
 
 
-def device_of(params: dict[str, Any], source: str | Path) -> str:
-    """The top-level `device:` (cpu when absent)."""
-    device = params.get("device", "cpu")
-    if device not in DEVICES:
-        raise ParamsError(f"{source}: device must be one of {DEVICES} (got {device!r})")
-    return device
+def validate(model: type[M], data: Any, *, source: str | Path, prefix: str = "") -> M:
+    """`data` as `model`, or ParamsError naming `source` and every bad key."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        raise ParamsError(f"{source}: {_problems(e, prefix)}") from None
 
 
 def section(params: dict[str, Any], name: str, model: type[M], *, source: str | Path) -> M:
     """params[name] validated by `model`; ParamsError naming `source` and each bad key."""
     if name not in params:
         raise ParamsError(f"{source}: no `{name}:` section")
-    try:
-        return model.model_validate(params[name])
-    except ValidationError as e:
-        problems = "; ".join(
-            f"{name}.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors()
-        )
-        raise ParamsError(f"{source}: {problems}") from None
+    return validate(model, params[name], source=source, prefix=name)
+
+
+def read(path: str | Path, model: type[M], raw: dict | None = None) -> M:
+    """The sections of params.yaml that `model` (a stage's Params) names, validated."""
+    raw = load_params(path) if raw is None else raw
+    missing = [name for name in model.model_fields if name not in raw]
+    if missing:
+        raise ParamsError(f"{path}: no `{missing[0]}:` section")
+    return validate(model, {name: raw[name] for name in model.model_fields}, source=path)
+
+
+def _rules_preset(name: str) -> str:
+    from gocore.rules import PRESETS
+
+    if name not in PRESETS:
+        raise ValueError(f"unknown rules preset {name!r}; presets: {', '.join(sorted(PRESETS))}")
+    return name
+
+
+def _net(name: str) -> str:
+    from nets.config import SIZES
+
+    if name not in SIZES:
+        raise ValueError(f"unknown net {name!r}; known: {', '.join(SIZES)}")
+    return name
+
+
+def _number_text(value):
+    """A float written as YAML 1.2 reads it (`1e-5`), which PyYAML and `dvc exp run -S` leave
+    a string; any other string stays a string, and is refused."""
+    if isinstance(value, str) and re.fullmatch(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?", value):
+        return float(value)
+    return value
+
+
+Real = Annotated[float, BeforeValidator(_number_text)]
+RulesName = Annotated[str, AfterValidator(_rules_preset)]
+NetName = Annotated[str, AfterValidator(_net)]
+
+
+# ---------------------------------------------------------------------------------------------
+# The search
+# ---------------------------------------------------------------------------------------------
+
+
+class SearchSection(Section):
+    """`selfplay.search`: every knob of gocore.search.SearchParams."""
+
+    c_puct: Real = Field(gt=0)
+    puct_exponent: Real = Field(gt=0, le=1)
+    fpu_reduction: Real = Field(ge=0)
+    root_fpu_reduction: Real = Field(ge=0)
+    forced_playouts_k: Real = Field(ge=0)
+    virtual_loss: Real = Field(ge=0)
+    score_utility: Real = Field(ge=0)
+
+    def params(self):
+        from gocore.search import SearchParams
+
+        return SearchParams(**self.model_dump())
 
 
 class MatchSearchSection(Section):
@@ -79,31 +175,262 @@ class MatchSearchSection(Section):
     noise of self-play's full searches); params.yaml refuses those keys here rather than
     ignoring them."""
 
-    c_puct: float = Field(gt=0)
-    puct_exponent: float = Field(gt=0, le=1)
-    fpu_reduction: float = Field(ge=0)
-    virtual_loss: float = Field(ge=0)
-    score_utility: float = Field(ge=0)
+    c_puct: Real = Field(gt=0)
+    puct_exponent: Real = Field(gt=0, le=1)
+    fpu_reduction: Real = Field(ge=0)
+    virtual_loss: Real = Field(ge=0)
+    score_utility: Real = Field(ge=0)
 
     def params(self):
         from gocore.search import SearchParams
 
         return SearchParams(
-            c_puct=self.c_puct,
-            puct_exponent=self.puct_exponent,
-            fpu_reduction=self.fpu_reduction,
+            **self.model_dump(),
             root_fpu_reduction=self.fpu_reduction,  # unused without noise; the same everywhere
             forced_playouts_k=0.0,
-            virtual_loss=self.virtual_loss,
-            score_utility=self.score_utility,
         )
+
+
+# ---------------------------------------------------------------------------------------------
+# The stages' sections
+# ---------------------------------------------------------------------------------------------
+
+
+class SelfPlayParams(Section):
+    """`selfplay:` (see the comments in params.yaml)."""
+
+    games: int = Field(ge=1)
+    slots: int = Field(ge=1)
+    leaves_per_game: int = Field(ge=1, le=64)
+    seed: int
+    rows_per_shard: int = Field(ge=1)
+    threads: int = Field(ge=1)  # torch CPU threads
+    full_visits: int = Field(ge=1)
+    cheap_visits: int = Field(ge=1)
+    full_probability: Real = Probability
+    record_cheap_searches: bool
+    search: SearchSection
+    noise_alpha_total: Real = Field(gt=0)
+    noise_epsilon: Real = Probability
+    temperature_start: Real = Field(gt=0)
+    temperature_end: Real = Field(gt=0)
+    opening_moves: Real = Field(ge=0)
+    board_sizes: dict[int, Real] = Field(min_length=1)
+    rules: dict[str, Real] = Field(min_length=1)
+    komi: dict[int, Real]
+    komi_stdev: Real = Field(ge=0)
+    handicap_probability: Real = Probability
+    early_fork_probability: Real = Probability
+    early_fork_turn: Real = Field(ge=0)
+    side_position_probability: Real = Probability
+    side_continue_probability: Real = Probability
+    decided_winrate: Real = Probability
+    decided_turns: int = Field(ge=1)
+    decided_visits: int = Field(ge=1)
+    decided_weight: Real = Probability
+    max_moves_per_area: Real = Field(gt=0)
+
+    # The stage's own knobs; the rest configure gocore's self-play.
+    STAGE_ONLY: ClassVar[frozenset[str]] = frozenset(
+        {"games", "slots", "seed", "rows_per_shard", "threads"}
+    )
+
+    @field_validator("board_sizes")
+    @classmethod
+    def _sizes(cls, value: dict[int, Real]) -> dict[int, Real]:
+        for size, weight in value.items():
+            if not 2 <= size <= 19:
+                raise ValueError(f"board size {size} is not within 2..19")
+            if not weight >= 0:
+                raise ValueError(f"the weight of size {size} must be >= 0 (got {weight})")
+        if not sum(value.values()) > 0:
+            raise ValueError("the weights must have a positive sum")
+        return value
+
+    @field_validator("rules")
+    @classmethod
+    def _rules(cls, value: dict[str, Real]) -> dict[str, Real]:
+        for name, weight in value.items():
+            _rules_preset(name)
+            if not weight >= 0:
+                raise ValueError(f"the weight of {name} must be >= 0 (got {weight})")
+        if not sum(value.values()) > 0:
+            raise ValueError("the weights must have a positive sum")
+        return value
+
+    @field_validator("komi")
+    @classmethod
+    def _komi(cls, value: dict[int, Real]) -> dict[int, Real]:
+        for size, komi in value.items():
+            if not 2 <= size <= 19 or (komi * 2) % 1:
+                raise ValueError(f"komi {size}: {komi}: sizes 2..19, komi in half points")
+        return value
+
+    def config(self):
+        """gocore's SelfPlayConfig from this section (mappings as sorted tuples)."""
+        from gocore.selfplay import SelfPlayConfig
+
+        values = {k: getattr(self, k) for k in type(self).model_fields if k not in self.STAGE_ONLY}
+        values.update(
+            search=self.search.params(),
+            board_sizes=tuple(sorted(self.board_sizes.items())),
+            rules=tuple(self.rules.items()),
+            komi=tuple(sorted(self.komi.items())),
+        )
+        return SelfPlayConfig(**values)
+
+
+class ShuffleParams(Section):
+    """`shuffle:`."""
+
+    window_c: int = Field(ge=1)
+    window_alpha: Real = Field(gt=0, le=1)
+    window_beta: Real = Field(gt=0)
+    rows_per_file: int = Field(ge=1)
+    seed: int
+
+
+class TrainParams(Section):
+    """`train:`."""
+
+    net: NetName
+    tensor: int = Field(ge=2, le=19)  # the input planes' size (the largest board trained on)
+    batch_size: int = Field(ge=1)
+    samples_per_generation: int = Field(ge=1)
+    lr_per_sample: Real = Field(gt=0)
+    warmup_samples: int = Field(ge=0)
+    warmup_factor: Real = Field(gt=0, le=1)
+    momentum: Real = Field(ge=0, lt=1)
+    snapshots: int = Field(ge=1)
+    seed: int
+    threads: int = Field(ge=1)  # torch CPU threads of the train and ema stages
+
+
+class LossParams(Section):
+    """`loss:`: each term's weight (the paper's Appendix B; nets.losses.LossWeights)."""
+
+    policy: Real = Field(ge=0)
+    opponent_policy: Real = Field(ge=0)
+    outcome: Real = Field(ge=0)
+    ownership: Real = Field(ge=0)
+    score_pdf: Real = Field(ge=0)
+    score_cdf: Real = Field(ge=0)
+    score_mean: Real = Field(ge=0)
+    score_stdev: Real = Field(ge=0)
+    l2: Real = Field(ge=0)
+
+    def weights(self):
+        from nets.losses import LossWeights
+
+        return LossWeights(**self.model_dump())
+
+
+class EmaParams(Section):
+    """`ema:`."""
+
+    decay: Real = Field(gt=0, lt=1)
+    every: int = Field(ge=1)
+    bn_batches: int = Field(ge=0)
+    bn_batch_size: int = Field(ge=1)
+    threads: int = Field(ge=1)  # torch CPU threads
+    seed: int
+
+
+class GateParams(Section):
+    """`gate:`."""
+
+    games: int = Field(ge=1)
+    win_fraction: Real = Field(ge=0, le=1)  # 0: no gating, every candidate promoted
+    early_stop: bool
+    slots: int = Field(ge=1)
+    visits: int = Field(ge=2)
+    leaves_per_game: int = Field(ge=1, le=64)
+    board_size: int = Field(ge=2, le=19)
+    rules: RulesName
+    komi: Real
+    temperature_start: Real = Field(gt=0)
+    temperature_end: Real = Field(gt=0)
+    search: MatchSearchSection
+    threads: int = Field(ge=1)  # torch CPU threads
+    seed: int
+
+
+class EvaluateParams(Section):
+    """`evaluate:`."""
+
+    every: int = Field(ge=0)  # evaluate every this many generations and after the last; 0: off
+    games: int = Field(ge=1)  # per opponent
+    board_size: int = Field(ge=2, le=19)
+    rules: RulesName
+    komi: Real
+    visits: int = Field(ge=1)
+    leaves_per_game: int = Field(ge=1, le=64)
+    search: MatchSearchSection
+    opponents: dict[str, str] = Field(min_length=1)  # name: GTP command line
+    past_champions: int = Field(ge=0)
+    anchor: str
+    anchor_elo: Real
+    prior_draws: Real = Field(ge=0)
+    referee: str | None
+    workers: int = Field(ge=1)  # games at once, an engine pair each
+    threads: int = Field(ge=1)  # torch CPU threads of each champion engine
+    timeout: Real = Field(gt=0)  # seconds an engine may take per command
+
+    @field_validator("opponents")
+    @classmethod
+    def _names(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, command in value.items():
+            if not name or not name.replace("-", "").replace("_", "").isalnum():
+                raise ValueError(f"opponent name {name!r}: letters, digits, - and _ only")
+            if name.startswith("gen-"):
+                raise ValueError(f"opponent name {name!r}: gen-N names the run's champions")
+            if not command.strip():
+                raise ValueError(f"opponent {name}: an empty command line")
+        return value
+
+
+class MlflowParams(Section):
+    """`mlflow:` (stages.tracking). Not a DVC params dependency: where results are logged does
+    not change them."""
+
+    enabled: bool
+    tracking_uri: str
+    experiment: str
+    registered_model: str
+
+
+class GrowEntry(Section):
+    """One entry of `run.grow`: a bigger net that joins the run at a generation."""
+
+    net: NetName
+    from_: int = Field(alias="from", ge=1)
+
+
+class RunParams(Section):
+    """`run:`: how many generations dvc.yaml unrolls, the nets that grow into the run, and
+    `tengen serve`'s schedule."""
+
+    generations: int = Field(ge=1)
+    grow: list[GrowEntry]
+    serve_cron: str | None
+    serve_interval_minutes: Real | None = Field(gt=0)
+    serve_generations: int = Field(ge=1)
+
+    @field_validator("serve_interval_minutes", mode="before")
+    @classmethod
+    def _minutes(cls, value):
+        return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+def run_section(raw: dict, source: str | Path) -> RunParams:
+    return section(raw, "run", RunParams, source=source)
 
 
 class EngineSection(BaseModel):
     """What a GTP engine playing a net reads of a match section (`gate`, `evaluate`): its
     search and batch; the stage's other keys are the stage's to check."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = ConfigDict(frozen=True, extra="ignore", strict=True, allow_inf_nan=False)
 
     search: MatchSearchSection
-    leaves_per_game: int = Field(ge=1)
+    leaves_per_game: int = Field(ge=1, le=64)

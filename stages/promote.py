@@ -21,15 +21,22 @@ import shutil
 import sys
 from pathlib import Path
 
+from gocore.atomic import output_dir, write_json
 from nets.checkpoint import load
-from stages import cli
-from stages.atomic import output_dir, write_json
+from stages import cli, layout
+from stages.champions import champion_in
 from stages.cli import InputError
-from stages.lines import line_for, size_of
+from stages.lines import size_of
+from stages.params import Section
+from stages.spec import DvcStage, Plan, sections
 from stages.tracking import model_digest
 
-CHAMPION = "champion.pt"
-PROMOTION = "promotion.json"
+CHAMPION = layout.CHAMPION
+PROMOTION = layout.PROMOTION
+
+
+class Params(Section):
+    """What promote reads of params.yaml: nothing (its decisions come from the gates)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,7 +49,7 @@ class PromoteIO:
     # The run's history, one row per generation, for DVC's plots: reports/history/gen-N.json
     # (None: not written), from reports/{selfplay,train}/gen-N.json and the row list before.
     history: Path | None = None
-    reports: Path = Path("reports")
+    reports: Path = layout.REPORTS
     # The grown nets' candidates of this generation (stages.lines), beside train.net's above.
     grown: tuple[Contender, ...] = ()
 
@@ -57,24 +64,23 @@ class Contender:
     train_report: Path  # reports/train/gen-N-<net>.json
 
 
-def champion_path(folder: Path) -> Path | None:
-    """The champion checkpoint a champion folder holds, or None (no promotion yet)."""
-    path = Path(folder) / CHAMPION
-    return path if path.is_file() else None
-
-
-def previous_champion(generation: int, stage: str) -> Path | None:
-    """The champion after generation N - 1 (None at generation 0, or before any promotion);
-    InputError if that generation's promote stage has not run."""
-    if generation == 0:
-        return None
-    folder = Path(f"models/gen-{generation - 1}/champion")
-    if not (folder / PROMOTION).is_file():
-        raise InputError(
-            f"{stage}: {folder / PROMOTION} does not exist; run the promote stage of "
-            f"generation {generation - 1} first (or pass the model explicitly)"
+def dvc(n: int, plan: Plan) -> list[DvcStage]:
+    """Generation n's promotion: what every net's gate decided, among their candidates."""
+    judged = []
+    for line in plan.active(n):
+        net = line.grown
+        judged += [layout.gate_report(n, net), layout.ema_dir(n, net), layout.train_report(n, net)]
+    before = [layout.champion_dir(n - 1), layout.history(n - 1)] if n > 0 else []
+    grown = ",".join(line.net for line in plan.active(n) if not line.primary)
+    return [
+        DvcStage(
+            f"promote-{n}", "stages.promote",
+            f"--generation {n}" + (f" --grown {grown}" if grown else ""), sections(Params),
+            deps=tuple(str(p) for p in [*judged, layout.selfplay_report(n), *before]),
+            outs=(str(layout.champion_dir(n)), {str(layout.history(n)): {"cache": False}}),
+            result=str(layout.promotion(n)),
         )
-    return champion_path(folder)
+    ]  # fmt: skip
 
 
 def _read_json(path: Path, stage: str) -> dict:
@@ -86,10 +92,10 @@ def _read_json(path: Path, stage: str) -> dict:
         raise InputError(f"promote: {path} is not valid JSON ({e}); rerun {stage}") from None
 
 
-def run(io: PromoteIO) -> dict:
+def run(params: Params, io: PromoteIO) -> dict:
     """The champion after generation N: the biggest candidate (by parameters) that passed its
     gate and is not smaller than the champion, else the champion before."""
-    train_report = io.reports / "train" / f"gen-{io.generation}.json"
+    train_report = io.reports / layout.train_report(io.generation).relative_to(layout.REPORTS)
     primary = Contender("", io.candidate, io.decision, train_report)
     contenders = [primary, *io.grown]
     decisions = {}
@@ -132,7 +138,7 @@ def run(io: PromoteIO) -> dict:
         else:
             champion = previous["champion"]
             line = previous["line"]
-            source = champion_path(io.previous) if io.previous is not None else None
+            source = champion_in(io.previous) if io.previous is not None else None
             if champion is not None:
                 if source is None:
                     raise InputError(
@@ -165,7 +171,7 @@ def _champion_size(champion: dict | None, folder: Path | None) -> int:
         return -1
     net = champion.get("net")
     if net is None:  # a promotion.json from before nets were recorded
-        path = champion_path(folder) if folder is not None else None
+        path = champion_in(folder) if folder is not None else None
         if path is None:
             return -1
         net = load(path)[0].config.name
@@ -185,8 +191,10 @@ def history(io: PromoteIO, decision: dict, promoted: bool, train_report: Path) -
     n = io.generation
     rows = []
     if n > 0:
-        rows = _read_json(io.reports / "history" / f"gen-{n - 1}.json", "promote")
-    selfplay = _read_json(io.reports / "selfplay" / f"gen-{n}.json", "selfplay")
+        rows = _read_json(io.reports / layout.history(n - 1).relative_to(layout.REPORTS), "promote")
+    selfplay = _read_json(
+        io.reports / layout.selfplay_report(n).relative_to(layout.REPORTS), "selfplay"
+    )
     train = _read_json(train_report, "train")
     gain = elo_gain(decision["candidate_wins"], decision["games"]) if decision["games"] else 0.0
     before = rows[-1]["champion_elo"] if rows else 0.0
@@ -223,31 +231,31 @@ def main(argv: list[str] | None = None) -> int:
 
     def work(tracked):
         grown = tuple(
-            Contender(net, line.candidate(n), line.report("gate", n), line.report("train", n))
+            Contender(net, layout.candidate(n, net), layout.gate_report(n, net),
+                      layout.train_report(n, net))
             for net in args.grown
-            for line in [line_for(net)]
-        )
+        )  # fmt: skip
         io = PromoteIO(
             generation=n,
-            candidate=args.candidate or Path(f"models/gen-{n}/ema/candidate.pt"),
-            decision=args.decision or Path(f"reports/gate/gen-{n}.json"),
-            out=args.out or Path(f"models/gen-{n}/champion"),
-            previous=args.previous or (Path(f"models/gen-{n - 1}/champion") if n else None),
-            history=args.history or Path(f"reports/history/gen-{n}.json"),
+            candidate=args.candidate or layout.candidate(n),
+            decision=args.decision or layout.gate_report(n),
+            out=args.out or layout.champion_dir(n),
+            previous=args.previous or (layout.champion_dir(n - 1) if n else None),
+            history=args.history or layout.history(n),
             grown=grown,
         )
-        metrics = run(io)
+        metrics = run(Params(), io)
         if tracked is not None:
             track(tracked, io, metrics)
         return metrics
 
-    return cli.finish("promote", work, params=args.params, generation=n)
+    return cli.finish("promote", work, Params, params=args.params, generation=n)
 
 
 def track(tracked, io: PromoteIO, metrics: dict) -> None:
     """A promoted candidate's registered version gets the alias `champion`."""
     tracked.log_artifact(io.out / PROMOTION)
-    path = champion_path(io.out)
+    path = champion_in(io.out)
     if path is None:
         return
     digest = model_digest(path)

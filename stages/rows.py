@@ -6,6 +6,8 @@ the top row), a pass is index n * n. Values are from the side of the player to m
 
 | column          | type            | meaning                                                     |
 |-----------------|-----------------|-------------------------------------------------------------|
+Every page carries a CRC that readers verify, so a flipped bit is an error, not a wrong row.
+
 | game_id         | string          | unique per game: g<generation>-s<seed>-<index>              |
 | generation      | int32           | the self-play generation that played it                     |
 | model_id        | string          | the network that played it ("uniform" at generation 0)      |
@@ -32,16 +34,14 @@ the top row), a pass is index n * n. Values are from the side of the player to m
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from gocore.atomic import atomic_path
 from gocore.features import N_GLOBALS, packed_length
-from stages.atomic import file_mode
 
 SCHEMA_VERSION = "1"
 
@@ -87,7 +87,7 @@ def _lists(values: np.ndarray, widths: np.ndarray, arrow_type) -> pa.Array:
 def table_from_columns(cols: dict[str, np.ndarray], *, game_ids, generation, model_id, rules, komi):
     """A table in SCHEMA from the column arrays of gocore.selfplay (padded to the largest
     board) plus each row's game id, rules name and komi."""
-    sizes = cols["size"].astype(np.int64)
+    sizes = cols["board_size"].astype(np.int64)
     planes = cols["planes"]
     packed = [planes[i, : packed_length(int(n))].tobytes() for i, n in enumerate(sizes)]
     return pa.table(
@@ -102,11 +102,11 @@ def table_from_columns(cols: dict[str, np.ndarray], *, game_ids, generation, mod
             "to_move": pa.array(cols["to_move"].astype(np.int8)),
             "planes": pa.array(packed, pa.binary()),
             "globals": pa.FixedSizeListArray.from_arrays(
-                pa.array(cols["glob"].astype(np.float32).ravel()), N_GLOBALS
+                pa.array(cols["globals"].astype(np.float32).ravel()), N_GLOBALS
             ),
-            "policy_target": _lists(cols["policy"], sizes * sizes + 1, pa.float32()),
+            "policy_target": _lists(cols["policy_target"], sizes * sizes + 1, pa.float32()),
             "policy_weight": pa.array(cols["policy_weight"].astype(np.float32)),
-            "opponent_move": pa.array(cols["next_move"].astype(np.int16)),
+            "opponent_move": pa.array(cols["opponent_move"].astype(np.int16)),
             "outcome": pa.array(cols["outcome"].astype(np.float32)),
             "final_score": pa.array(cols["final_score"].astype(np.float32)),
             "ownership": _lists(cols["ownership"], sizes * sizes, pa.int8()),
@@ -125,15 +125,8 @@ def write_shard(table: pa.Table, path: str | Path) -> Path:
     if not table.schema.equals(SCHEMA, check_metadata=False):
         raise ValueError(f"{path}: table does not have the rows schema")
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        pq.write_table(table, tmp, compression="zstd")
-        os.chmod(tmp, file_mode())
-        os.replace(tmp, path)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp, compression="zstd", write_page_checksum=True)
     return path
 
 
@@ -141,11 +134,11 @@ def read_shard(path: str | Path, columns: list[str] | None = None) -> pa.Table:
     """Read one shard, checking it is whole and has this schema; ShardError naming the file."""
     path = Path(path)
     try:
-        table = pq.read_table(path, columns=columns)
+        table = pq.read_table(path, columns=columns, page_checksum_verification=True)
     except FileNotFoundError:
         raise ShardError(f"shard {path} does not exist") from None
-    except (pa.ArrowException, OSError) as e:
-        raise ShardError(f"shard {path} is corrupt or truncated: {e}") from None
+    except (pa.ArrowException, OSError, ValueError) as e:
+        raise ShardError(f"shard {path} is corrupt or truncated ({e})") from None
     expected = SCHEMA if columns is None else pa.schema([SCHEMA.field(c) for c in columns])
     if not table.schema.equals(expected, check_metadata=False):
         raise ShardError(
@@ -153,6 +146,49 @@ def read_shard(path: str | Path, columns: list[str] | None = None) -> pa.Table:
             f"got {table.schema}"
         )
     return table
+
+
+def shard_info(path: str | Path) -> int:
+    """A shard's row count from its footer, checking the file is whole (every column chunk
+    inside the file) and has this schema, without reading its rows; ShardError naming it."""
+    path = Path(path)
+    try:
+        f = pq.ParquetFile(path)
+        meta, schema = f.metadata, f.schema_arrow
+        size = path.stat().st_size
+        for g in range(meta.num_row_groups):
+            group = meta.row_group(g)
+            for c in range(group.num_columns):
+                chunk = group.column(c)
+                start = min(chunk.data_page_offset, chunk.dictionary_page_offset or 1 << 62)
+                if start + chunk.total_compressed_size > size:
+                    raise ShardError(f"shard {path} is truncated (a column ends past the file)")
+    except FileNotFoundError:
+        raise ShardError(f"shard {path} does not exist") from None
+    except (pa.ArrowException, OSError, ValueError) as e:
+        raise ShardError(f"shard {path} is corrupt or truncated ({e})") from None
+    if not schema.equals(SCHEMA, check_metadata=False):
+        raise ShardError(f"shard {path} does not have the rows schema (version {SCHEMA_VERSION})")
+    return meta.num_rows
+
+
+class ShardWriter:
+    """Rows appended to one shard in pieces (row groups), in this schema; the file is whole
+    once closed (a stage writes it inside its temporary output folder)."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self._writer = pq.ParquetWriter(
+            self.path, SCHEMA, compression="zstd", write_page_checksum=True
+        )
+
+    def write(self, table: pa.Table) -> None:
+        if not table.schema.equals(SCHEMA, check_metadata=False):
+            raise ValueError(f"{self.path}: table does not have the rows schema")
+        self._writer.write_table(table)
+
+    def close(self) -> None:
+        self._writer.close()
 
 
 def list_shards(folder: str | Path) -> list[Path]:
@@ -181,8 +217,9 @@ def _symmetric_index(n: int, sym: int) -> np.ndarray:
 def training_arrays(table: pa.Table, tensor: int, symmetry: np.ndarray) -> dict[str, np.ndarray]:
     """The rows of `table` as the network's inputs and the loss's targets (nets.losses), each
     board in the top-left of a tensor x tensor plane and turned by its row's symmetry (0..7):
-    planes [B, 18, T, T], glob [B, 10], policy [B, T*T + 1], opponent_move [B] (T-layout index,
-    -1 for none), outcome [B, 3] (win, loss, no result), score, ownership [B, T, T], and the
+    planes [B, 18, T, T], globals [B, 10], policy_target [B, T*T + 1], opponent_move [B]
+    (T-layout index, -1 for none), outcome [B, 3] (win, loss, no result), final_score,
+    ownership [B, T, T], and the
     policy, value and score weights [B]."""
     from gocore.features import N_PLANES, unpack_planes
 
@@ -227,17 +264,17 @@ def training_arrays(table: pa.Table, tensor: int, symmetry: np.ndarray) -> dict[
     outcome = table.column("outcome").to_numpy().astype(np.float32)
     return {
         "planes": planes,
-        "glob": table.column("globals")
+        "globals": table.column("globals")
         .combine_chunks()
         .flatten()
         .to_numpy()
         .astype(np.float32)
         .reshape(b, -1),
-        "policy": policy,
+        "policy_target": policy,
         "policy_weight": table.column("policy_weight").to_numpy().astype(np.float32),
         "opponent_move": opponent,
         "outcome": np.stack([(1 + outcome) / 2, (1 - outcome) / 2, np.zeros(b, np.float32)], 1),
-        "score": table.column("final_score").to_numpy().astype(np.float32),
+        "final_score": table.column("final_score").to_numpy().astype(np.float32),
         "ownership": ownership,
         "value_weight": table.column("value_weight").to_numpy().astype(np.float32),
         "score_weight": table.column("score_weight").to_numpy().astype(np.float32),

@@ -18,9 +18,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-from pydantic import Field
 
-from gocore import search as S
+from gocore.atomic import output_dir, write_json
 from gocore.board import BLACK, PASS, point_xy
 from gocore.selfplay import (
     CHEAP,
@@ -28,90 +27,21 @@ from gocore.selfplay import (
     KIND_NAMES,
     FinishedGame,
     SelfPlay,
-    SelfPlayConfig,
 )
-from play.models import load_evaluator
+from play.models import UNIFORM, load_evaluator
 from play.sgf import GameRecord, save_sgf
-from stages import cli, tracking
-from stages.atomic import output_dir, write_json
-from stages.params import ParamsError, Section, device_of, load_params, section
-from stages.promote import previous_champion
+from stages import cli, layout, tracking
+from stages.champions import previous_champion
+from stages.params import Device, ParamsError, Section, SelfPlayParams, read
 from stages.rows import SCHEMA, table_from_columns, write_shard
-
-Probability = Field(ge=0.0, le=1.0)
-
-
-class SearchSection(Section):
-    c_puct: float = Field(gt=0)
-    puct_exponent: float = Field(gt=0, le=1)
-    fpu_reduction: float = Field(ge=0)
-    root_fpu_reduction: float = Field(ge=0)
-    forced_playouts_k: float = Field(ge=0)
-    virtual_loss: float = Field(ge=0)
-    score_utility: float = Field(ge=0)
+from stages.spec import DvcStage, Plan, sections
 
 
-class SelfPlayParams(Section):
-    """params.yaml `selfplay:` (see the comments there)."""
+class Params(Section):
+    """What the self-play stage reads of params.yaml."""
 
-    games: int = Field(ge=1)
-    slots: int = Field(ge=1)
-    leaves_per_game: int = Field(ge=1, le=64)
-    seed: int
-    rows_per_shard: int = Field(ge=1)
-    full_visits: int = Field(ge=1)
-    cheap_visits: int = Field(ge=1)
-    full_probability: float = Probability
-    search: SearchSection
-    noise_alpha_total: float = Field(gt=0)
-    noise_epsilon: float = Probability
-    temperature_start: float = Field(gt=0)
-    temperature_end: float = Field(gt=0)
-    opening_moves: float = Field(ge=0)
-    board_sizes: dict[int, float] = Field(min_length=1)
-    rules: dict[str, float] = Field(min_length=1)
-    komi: dict[int, float]
-    komi_stdev: float = Field(ge=0)
-    handicap_probability: float = Probability
-    early_fork_probability: float = Probability
-    early_fork_turn: float = Field(ge=0)
-    side_position_probability: float = Probability
-    side_continue_probability: float = Probability
-    record_cheap_searches: bool
-    decided_winrate: float = Probability
-    decided_turns: int = Field(ge=1)
-    decided_visits: int = Field(ge=1)
-    decided_weight: float = Probability
-    max_moves_per_area: float = Field(gt=0)
-
-    def config(self) -> SelfPlayConfig:
-        return SelfPlayConfig(
-            full_visits=self.full_visits,
-            cheap_visits=self.cheap_visits,
-            full_probability=self.full_probability,
-            leaves_per_game=self.leaves_per_game,
-            search=S.SearchParams(**self.search.model_dump()),
-            noise_alpha_total=self.noise_alpha_total,
-            noise_epsilon=self.noise_epsilon,
-            temperature_start=self.temperature_start,
-            temperature_end=self.temperature_end,
-            opening_moves=self.opening_moves,
-            board_sizes=tuple(sorted(self.board_sizes.items())),
-            rules=tuple(self.rules.items()),
-            komi=tuple(sorted(self.komi.items())),
-            komi_stdev=self.komi_stdev,
-            handicap_probability=self.handicap_probability,
-            early_fork_probability=self.early_fork_probability,
-            early_fork_turn=self.early_fork_turn,
-            side_position_probability=self.side_position_probability,
-            side_continue_probability=self.side_continue_probability,
-            record_cheap_searches=self.record_cheap_searches,
-            decided_winrate=self.decided_winrate,
-            decided_turns=self.decided_turns,
-            decided_visits=self.decided_visits,
-            decided_weight=self.decided_weight,
-            max_moves_per_area=self.max_moves_per_area,
-        )
+    selfplay: SelfPlayParams
+    device: Device
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,7 +50,17 @@ class SelfPlayIO:
     out: Path  # data/selfplay/gen-N: part-K.parquet and sgf/
     metrics: Path  # reports/selfplay/gen-N.json
     model: Path | None = None  # the champion checkpoint; None: uniform priors (generation 0)
-    device: str = "cpu"  # where the network runs
+
+
+def dvc(n: int, plan: Plan) -> list[DvcStage]:
+    champion = (str(layout.champion_dir(n - 1)),) if n > 0 else ()
+    return [
+        DvcStage(
+            f"selfplay-{n}", "stages.selfplay", f"--generation {n} --quiet", sections(Params),
+            deps=champion, outs=(str(layout.selfplay_dir(n)),),
+            metrics=(str(layout.selfplay_report(n)),),
+        )
+    ]  # fmt: skip
 
 
 def prepare(
@@ -131,13 +71,16 @@ def prepare(
     out: str | Path | None = None,
     metrics: str | Path | None = None,
     games: int | None = None,
-) -> tuple[SelfPlayParams, SelfPlayIO]:
-    """The stage's parameters and paths (defaults: data/selfplay/gen-N and
-    reports/selfplay/gen-N.json), checked before any game is played."""
-    raw = load_params(params_path)
-    params = section(raw, "selfplay", SelfPlayParams, source=params_path)
+) -> tuple[Params, SelfPlayIO]:
+    """The stage's parameters and paths (defaults: stages.layout), checked before any game is
+    played."""
+    params = read(params_path, Params)
     if games is not None:
-        params = params.model_copy(update={"games": games})
+        if games < 1:
+            raise ParamsError(f"selfplay: --games must be >= 1 (got {games})")
+        params = params.model_copy(
+            update={"selfplay": params.selfplay.model_copy(update={"games": games})}
+        )
     if model is None:
         # The champion after the previous generation, if there is one yet.
         model = previous_champion(generation, "selfplay")
@@ -147,25 +90,16 @@ def prepare(
         raise ParamsError(f"selfplay: model {model} does not exist (the promote stage writes it)")
     io = SelfPlayIO(
         generation=generation,
-        out=Path(out or f"data/selfplay/gen-{generation}"),
-        metrics=Path(metrics or f"reports/selfplay/gen-{generation}.json"),
+        out=Path(out or layout.selfplay_dir(generation)),
+        metrics=Path(metrics or layout.selfplay_report(generation)),
         model=Path(model) if model is not None else None,
-        device=device_of(raw, params_path),
     )
     return params, io
-
-
-UNIFORM = "uniform"  # --model uniform: generation 0's uniform priors, whatever the generation
 
 
 def game_seed(seed: int, generation: int) -> int:
     """The run's seed for one generation: independent streams, fixed by (seed, generation)."""
     return int(np.random.SeedSequence([seed, generation]).generate_state(1, np.uint64)[0] >> 1)
-
-
-def load_net(model: Path | None, device: str, seed: int = 0):
-    """(the network as gocore's evaluator, its model id)."""
-    return load_evaluator(None if model is None else Path(model), device=device, seed=seed)
 
 
 def sgf_record(game: FinishedGame, game_id: str, model_id: str, generation: int) -> GameRecord:
@@ -243,10 +177,11 @@ class _Progress:
             self.bar.stop()
 
 
-def run(params: SelfPlayParams, io: SelfPlayIO, *, progress: bool = True) -> dict:
+def run(params: Params, io: SelfPlayIO, *, progress: bool = True) -> dict:
     """Play the generation's games; write shards, SGFs and metrics. Returns the metrics."""
+    device, params = params.device, params.selfplay
     seed = game_seed(params.seed, io.generation)
-    net, model_id = load_net(io.model, io.device, seed)
+    net, model_id = load_evaluator(io.model, device=device, seed=seed)
     config = params.config()
     sp = SelfPlay(config, net, games=params.games, slots=params.slots, seed=seed)
     bar = _Progress(params.games, progress)
@@ -365,12 +300,13 @@ def main(argv: list[str] | None = None) -> int:
             args.params, args.generation, model=args.model, out=args.out,
             metrics=args.metrics, games=args.games,
         )  # fmt: skip
+        cli.set_threads(params.selfplay.threads)
         metrics = run(params, io, progress=not args.quiet)
         if tracked is not None:
             track(tracked, io, metrics)
         return metrics
 
-    return cli.finish("selfplay", work, params=args.params, generation=args.generation)
+    return cli.finish("selfplay", work, Params, params=args.params, generation=args.generation)
 
 
 def track(tracked, io: SelfPlayIO, metrics: dict) -> None:

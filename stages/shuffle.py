@@ -29,25 +29,27 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
-from pydantic import Field
 
-from stages import cli, tracking
-from stages.atomic import output_dir, sha256_file, write_json
+from gocore.atomic import output_dir, sha256_file, write_json
+from stages import cli, layout, tracking
 from stages.cli import InputError
-from stages.params import Section, load_params, section
-from stages.rows import SCHEMA, ShardError, list_shards, read_shard
+from stages.params import Section, ShuffleParams, read
+from stages.rows import (
+    SCHEMA,
+    ShardError,
+    ShardWriter,
+    list_shards,
+    read_shard,
+    shard_info,
+    write_shard,
+)
+from stages.spec import DvcStage, Plan, sections
 
 
-class ShuffleParams(Section):
-    """params.yaml `shuffle:`."""
+class Params(Section):
+    """What the shuffle stage reads of params.yaml."""
 
-    window_c: int = Field(ge=1)
-    window_alpha: float = Field(gt=0, le=1)
-    window_beta: float = Field(gt=0)
-    rows_per_file: int = Field(ge=1)
-    seed: int
+    shuffle: ShuffleParams
 
 
 def window_size(n: int, c: float, alpha: float, beta: float) -> int:
@@ -60,15 +62,29 @@ def window_size(n: int, c: float, alpha: float, beta: float) -> int:
 @dataclasses.dataclass(frozen=True)
 class ShuffleIO:
     generation: int
-    selfplay: Path  # the folder of gen-0 .. gen-N, each with part-K.parquet
-    out: Path  # data/windows/gen-N
+    selfplay: Path = layout.SELFPLAY  # the folder of gen-0 .. gen-N, each with part-K.parquet
+    out: Path | None = None  # data/windows/gen-N (layout.window_dir)
+
+    def __post_init__(self):
+        if self.out is None:
+            object.__setattr__(self, "out", layout.window_dir(self.generation))
+
+
+def dvc(n: int, plan: Plan) -> list[DvcStage]:
+    return [
+        DvcStage(
+            f"shuffle-{n}", "stages.shuffle", f"--generation {n}", sections(Params),
+            deps=tuple(str(layout.selfplay_dir(g)) for g in range(n + 1)),
+            outs=(str(layout.window_dir(n)),),
+        )
+    ]  # fmt: skip
 
 
 def _sources(io: ShuffleIO) -> list[tuple[int, Path, int]]:
     """(generation, shard, rows) of every shard of generations 0..N, newest generation first."""
     sources = []
     for gen in range(io.generation, -1, -1):
-        folder = io.selfplay / f"gen-{gen}"
+        folder = io.selfplay / layout.selfplay_dir(gen).name
         shards = list_shards(folder)
         if not folder.is_dir() or not shards:
             raise InputError(
@@ -77,21 +93,18 @@ def _sources(io: ShuffleIO) -> list[tuple[int, Path, int]]:
             )
         for shard in reversed(shards):
             try:
-                meta = pq.ParquetFile(shard).metadata
-                schema = pq.read_schema(shard)
-            except (pa.ArrowException, OSError) as e:
+                rows = shard_info(shard)
+            except ShardError as e:
                 raise InputError(
-                    f"shuffle: shard {shard} is corrupt or truncated ({e}); "
-                    f"rerun the selfplay stage for generation {gen}"
+                    f"shuffle: {e}; rerun the selfplay stage for generation {gen}"
                 ) from None
-            if not schema.equals(SCHEMA, check_metadata=False):
-                raise InputError(f"shuffle: shard {shard} does not have the rows schema")
-            sources.append((gen, shard, meta.num_rows))
+            sources.append((gen, shard, rows))
     return sources
 
 
-def run(params: ShuffleParams, io: ShuffleIO) -> dict:
+def run(params: Params, io: ShuffleIO) -> dict:
     """Build generation N's window; returns its metrics (also in the manifest)."""
+    params = params.shuffle
     sources = _sources(io)
     total = sum(rows for _, _, rows in sources)
     window = window_size(total, params.window_c, params.window_alpha, params.window_beta)
@@ -114,7 +127,7 @@ def run(params: ShuffleParams, io: ShuffleIO) -> dict:
             "files": written,
             "digest": digest,
         }
-        write_json(manifest, tmp / "manifest.json")
+        write_json(manifest, tmp / layout.MANIFEST)
     return {
         "generation": io.generation,
         "total_rows": total,
@@ -126,7 +139,7 @@ def run(params: ShuffleParams, io: ShuffleIO) -> dict:
 
 def _deal(sources, window: int, files: int, rng, tmp: Path) -> list[dict]:
     """Pass 1: the newest `window` rows, each dealt to a random bucket file."""
-    writers: dict[int, pq.ParquetWriter] = {}
+    writers: dict[int, ShardWriter] = {}
     taken_from = []
     left = window
     try:
@@ -148,8 +161,8 @@ def _deal(sources, window: int, files: int, rng, tmp: Path) -> list[dict]:
             for k in np.unique(bucket):
                 part = table.take(np.flatnonzero(bucket == k))
                 if k not in writers:
-                    writers[k] = pq.ParquetWriter(tmp / f".bucket-{k}.parquet", SCHEMA)
-                writers[k].write_table(part)
+                    writers[k] = ShardWriter(tmp / f".bucket-{k}.parquet")
+                writers[k].write(part)
             taken_from.append({"shard": str(shard), "generation": gen, "rows": rows, "taken": keep})
             left -= keep
     finally:
@@ -163,10 +176,9 @@ def _shuffle_buckets(files: int, rng, tmp: Path) -> list[dict]:
     written = []
     for k in range(files):
         bucket = tmp / f".bucket-{k}.parquet"
-        table = pq.read_table(bucket) if bucket.exists() else SCHEMA.empty_table()
+        table = read_shard(bucket) if bucket.exists() else SCHEMA.empty_table()
         table = table.take(rng.permutation(table.num_rows))
-        path = tmp / f"part-{k}.parquet"
-        pq.write_table(table, path, compression="zstd")
+        path = write_shard(table, tmp / f"part-{k}.parquet")
         bucket.unlink(missing_ok=True)
         written.append({"name": path.name, "rows": table.num_rows, "sha256": sha256_file(path)})
     return written
@@ -174,40 +186,39 @@ def _shuffle_buckets(files: int, rng, tmp: Path) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> int:
     p = cli.parser("shuffle", __doc__)
-    p.add_argument("--selfplay", type=Path, default=Path("data/selfplay"))
+    p.add_argument("--selfplay", type=Path, default=layout.SELFPLAY)
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args(argv)
 
     def work(tracked):
-        params = section(load_params(args.params), "shuffle", ShuffleParams, source=args.params)
-        out = args.out or Path(f"data/windows/gen-{args.generation}")
-        io = ShuffleIO(args.generation, args.selfplay, out)
+        params = read(args.params, Params)
+        io = ShuffleIO(args.generation, args.selfplay, args.out)
         metrics = run(params, io)
         if tracked is not None:
             track(tracked, io)
         return metrics
 
-    return cli.finish("shuffle", work, params=args.params, generation=args.generation)
+    return cli.finish("shuffle", work, Params, params=args.params, generation=args.generation)
 
 
 def track(tracked, io: ShuffleIO) -> None:
     """Lineage: the window's digest and the self-play runs whose rows it holds (found by
     their data's digest, so a generation DVC did not rerun is still found)."""
-    manifest = json.loads((io.out / "manifest.json").read_text())
+    manifest = json.loads((io.out / layout.MANIFEST).read_text())
     generations = {source["generation"] for source in manifest["sources"]}
     runs = selfplay_runs(tracked.tracker, io.selfplay, generations)
     tracked.tag(
         {"tengen.window_sha256": manifest["digest"], "tengen.selfplay_runs": ",".join(runs)}
     )
     tracked.log_window(io.out, manifest, context="shuffle")
-    tracked.log_artifact(io.out / "manifest.json")
+    tracked.log_artifact(io.out / layout.MANIFEST)
 
 
 def selfplay_runs(tracker, folder: Path, generations) -> list[str]:
     """The newest self-play run that made each generation's data, oldest generation first."""
     found = []
     for gen in sorted(generations):
-        digest = tracking.data_digest(folder / f"gen-{gen}")
+        digest = tracking.data_digest(folder / layout.selfplay_dir(gen).name)
         runs = tracker.runs(
             f"tags.`tengen.stage` = 'selfplay' and tags.`tengen.data_sha256` = '{digest}'"
             " and attributes.status = 'FINISHED'",

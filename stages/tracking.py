@@ -30,32 +30,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from stages.atomic import sha256_file
-from stages.params import ParamsError, Section, load_params, section
+from gocore.atomic import sha256_file
+from stages.params import MlflowParams, ParamsError, load_params, section
 
 ENV_PARENT = "TENGEN_MLFLOW_PARENT"
 UNIFORM = "uniform"
-
-# The params.yaml sections logged as each stage's params: the sections it is configured by
-# (dvc.yaml's params also name single keys it borrows, such as ema's train.tensor).
-SECTIONS = {
-    "selfplay": ("selfplay", "device"),
-    "shuffle": ("shuffle",),
-    "train": ("train", "loss", "device"),
-    "ema": ("ema", "device"),
-    "gate": ("gate", "device"),
-    "promote": (),
-    "evaluate": ("evaluate", "device"),
-}
-
-
-class MlflowParams(Section):
-    """params.yaml `mlflow:`."""
-
-    enabled: bool
-    tracking_uri: str
-    experiment: str
-    registered_model: str
 
 
 def settings(raw: dict, source: str | Path) -> MlflowParams | None:
@@ -344,7 +323,12 @@ def _fluent_uri(uri: str) -> Iterator[None]:
 
 @contextlib.contextmanager
 def stage_run(
-    params_path: str | Path, stage: str, generation: int, net: str | None = None
+    params_path: str | Path,
+    stage: str,
+    generation: int,
+    net: str | None = None,
+    *,
+    sections: tuple[str, ...] = (),
 ) -> Iterator[StageRun | None]:
     """The stage's MLflow run (None when tracking is off), named like its DVC stage
     (`<stage>-<N>`, `<stage>-<net>-<N>` for a grown net): FINISHED when the block ends,
@@ -358,7 +342,7 @@ def stage_run(
 
     parent = os.environ.get(ENV_PARENT) or tracker.workspace_parent()
     params = {}
-    for name in SECTIONS[stage]:
+    for name in sections:
         value = raw.get(name)
         params.update(flatten(value, f"{name}.") if isinstance(value, dict) else {name: value})
     tracker.close_dead_runs()
@@ -385,7 +369,11 @@ def stage_run(
         if params:
             mlflow.log_params({k: json.dumps(v) if isinstance(v, dict | list) else v
                                for k, v in params.items()})  # fmt: skip
-        yield StageRun(tracker, run.info.run_id)
+        try:
+            yield StageRun(tracker, run.info.run_id)
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM (stages.cli): stopped, not failed
+            mlflow.end_run("KILLED")
+            raise
 
 
 def data_digest(folder: Path) -> str:

@@ -215,3 +215,49 @@ def make_run_repo(
     run_in(repo, "git", "add", "-A")
     run_in(repo, "git", "commit", "-qm", "run")
     return repo
+
+
+def default_section(name: str):
+    """A section of the repository's params.yaml (where every default lives), validated."""
+    from stages import params as P
+
+    models = {
+        "selfplay": P.SelfPlayParams, "shuffle": P.ShuffleParams, "train": P.TrainParams,
+        "loss": P.LossParams, "ema": P.EmaParams, "gate": P.GateParams,
+        "evaluate": P.EvaluateParams, "mlflow": P.MlflowParams, "run": P.RunParams,
+    }  # fmt: skip
+    return P.section(P.load_params(REPO / "params.yaml"), name, models[name], source="params.yaml")
+
+
+def search_params(**changes):
+    """params.yaml's self-play search knobs (gocore.search.SearchParams), with `changes`."""
+    return default_section("selfplay").search.params()._replace(**changes)
+
+
+def loss_weights():
+    """params.yaml's loss weights (nets.losses.LossWeights)."""
+    return default_section("loss").weights()
+
+
+# Every test has a kind (`pytest -m property`, `-m "not e2e"`): by its file, or, for a
+# hypothesis test anywhere, property; a test that plays GNU Go is differential.
+KINDS = {
+    "test_cuda.py": "cuda",
+    "test_gnugo_differential.py": "differential",
+    "test_loop.py": "e2e",
+    "test_pipeline.py": "e2e",
+    "test_runs.py": "e2e",
+    "test_reliability.py": "e2e",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        kind = KINDS.get(item.path.name, "unit")
+        if getattr(item.obj, "is_hypothesis_test", False):
+            kind = "property"
+        elif kind == "unit" and (
+            "gnugo_path" in getattr(item, "fixturenames", ()) or item.get_closest_marker("gnugo")
+        ):
+            kind = "differential"
+        item.add_marker(getattr(pytest.mark, kind))

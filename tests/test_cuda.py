@@ -22,6 +22,7 @@ from gocore import features as F
 from gocore.device import backend
 from gocore.playout import new_rng
 from gocore.rules import PRESETS, Rules
+from tests.conftest import search_params
 
 cuda_mod = pytest.importorskip("gocore.cuda", reason="numba-cuda is not installed")
 
@@ -228,7 +229,7 @@ def test_search_matches_the_cpu(gpu):
     device_roots = cuda_mod.to_device(roots)
     host_leaves = S.new_leaves(roots, per)
     device_leaves = cuda_mod.new_leaves(device_roots, per)
-    params = S.SearchParams(score_utility=0.5)
+    params = search_params(score_utility=0.5)
     host_rng, device_rng = new_rng(games, 1), cuda_mod.cuda.to_device(new_rng(games, 1))
     for step in range(14):
         budget = np.array([2, 1, 2]) if step else np.ones(games, np.int64)

@@ -8,9 +8,10 @@ import pytest
 import torch
 
 from nets.checkpoint import load
-from nets.losses import LossWeights
 from nets.model import MaskedBatchNorm
 from stages import ema, shuffle, train
+from stages.window import batches, window_files
+from tests.conftest import default_section
 
 torch.set_num_threads(1)
 
@@ -40,25 +41,28 @@ def trained(selfplay_generations, tmp_path_factory):
     root = tmp_path_factory.mktemp("models")
     window = root / "window"
     shuffle.run(
-        shuffle.ShuffleParams(window_c=60, window_alpha=0.75, window_beta=0.4, rows_per_file=40,
-                              seed=0),
+        shuffle.Params(shuffle=shuffle.ShuffleParams(
+            window_c=60, window_alpha=0.75, window_beta=0.4, rows_per_file=40, seed=0)),
         shuffle.ShuffleIO(2, selfplay_generations, window),
     )  # fmt: skip
-    params = train.TrainParams(
-        net="b2c16", tensor=5, batch_size=16, samples_per_generation=64, lr_per_sample=1e-3,
-        warmup_samples=0, warmup_factor=1.0, momentum=0.9, snapshots=4, seed=0, threads=1,
-    )  # fmt: skip
+    params = train.Params(train=TRAIN, loss=default_section("loss"), device="cpu")
     for gen in (0, 1):
         previous = root / f"gen-{gen - 1}" / "train" if gen else None
         io = train.TrainIO(gen, window, root / f"gen-{gen}" / "train", root / "m.json", previous)
-        train.run(params, LossWeights(), io)
+        train.run(params, io)
     return root, window
 
 
+TRAIN = train.TrainParams(
+    net="b2c16", tensor=5, batch_size=16, samples_per_generation=64, lr_per_sample=1e-3,
+    warmup_samples=0, warmup_factor=1.0, momentum=0.9, snapshots=4, seed=0, threads=1,
+)  # fmt: skip
+
+
 def _params(**kw):
-    values = dict(decay=0.75, every=4, bn_batches=3, bn_batch_size=16, seed=0)
+    values = dict(decay=0.75, every=4, bn_batches=3, bn_batch_size=16, threads=1, seed=0)
     values.update(kw)
-    return ema.EmaParams(**values)
+    return ema.Params(ema=ema.EmaParams(**values), train=TRAIN, device="cpu")
 
 
 def test_candidates_average_the_snapshots_and_carry_on(trained):
@@ -68,7 +72,7 @@ def test_candidates_average_the_snapshots_and_carry_on(trained):
         return ema.EmaIO(gen, root / f"gen-{gen}/train/snapshots", window,
                          root / f"gen-{gen}/ema", previous)  # fmt: skip
 
-    first = ema.run(_params(bn_batches=0), io(0), tensor=5)
+    first = ema.run(_params(bn_batches=0), io(0))
     assert first == {"generation": 0, "net": "b2c16", "snapshots": 4, "continued": False,
                      "bn_batches": 0}  # fmt: skip
     snaps = [
@@ -80,7 +84,7 @@ def test_candidates_average_the_snapshots_and_carry_on(trained):
         assert torch.allclose(value, expected[name]), name
     assert meta["generation"] == 0 and meta["model_id"] == "gen-0-b2c16"
     # Generation 1 starts from generation 0's average.
-    second = ema.run(_params(bn_batches=0), io(1, root / "gen-0/ema"), tensor=5)
+    second = ema.run(_params(bn_batches=0), io(1, root / "gen-0/ema"))
     assert second["continued"]
     snaps1 = [
         load(root / f"gen-1/train/snapshots/snap-{k}.pt")[0].state_dict() for k in (1, 2, 3, 4)
@@ -90,9 +94,9 @@ def test_candidates_average_the_snapshots_and_carry_on(trained):
     key = next(k for k in got if got[k].is_floating_point() and "running" not in k)
     assert torch.allclose(got[key], expected1[key])
     with pytest.raises(train.InputError, match="run the ema stage of the previous generation"):
-        ema.run(_params(), io(1, root / "gen-7/ema"), tensor=5)
+        ema.run(_params(), io(1, root / "gen-7/ema"))
     with pytest.raises(train.InputError, match="run the train stage first"):
-        ema.run(_params(), ema.EmaIO(0, root / "none", window, root / "x"), tensor=5)
+        ema.run(_params(), ema.EmaIO(0, root / "none", window, root / "x"))
 
 
 def test_batch_norm_statistics_are_those_of_the_averaged_net(trained):
@@ -100,8 +104,10 @@ def test_batch_norm_statistics_are_those_of_the_averaged_net(trained):
     over the batches used (equal weights), measured on the averaged weights."""
     root, window = trained
     model = load(root / "gen-0/train/snapshots/snap-4.pt")[0]
-    files, _ = train.window_files(window)
-    data = list(zip(range(3), train.batches(files, 16, 5, np.random.default_rng(0)), strict=False))
+    files, _ = window_files(window, "test")
+    data = list(
+        zip(range(3), batches(files, 16, 5, np.random.default_rng(0), "test"), strict=False)
+    )
     norm = next(m for m in model.modules() if isinstance(m, MaskedBatchNorm))
     seen = []
 

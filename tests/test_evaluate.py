@@ -19,16 +19,17 @@ from nets.model import GoNet
 from play.sgf import read_sgf
 from stages import evaluate
 from stages.cli import InputError
+from stages.spec import Evaluation, Plan, plan_of
 from tests.conftest import REPO, run_cli
 
 torch.set_num_threads(1)
 
 
 def test_the_schedule_every_k_generations_and_after_the_last():
-    assert [n for n in range(7) if evaluate.evaluated(n, 7, 3)] == [2, 5, 6]
-    assert not any(evaluate.evaluated(n, 7, 0) for n in range(7))
-    schedule = pipeline.Evaluation(every=2, past_champions=1, generations=5)
-    stages = pipeline.pipeline(5, evaluation=schedule)["stages"]
+    assert [n for n in range(7) if Plan(7, evaluation=Evaluation(3)).evaluated(n)] == [2, 5, 6]
+    assert not any(Plan(7, evaluation=Evaluation(0)).evaluated(n) for n in range(7))
+    schedule = Plan(5, evaluation=Evaluation(every=2, past_champions=1))
+    stages = pipeline.pipeline(schedule)["stages"]
     assert [s for s in stages if s.startswith("evaluate")] == ["evaluate-1", "evaluate-3",
                                                                "evaluate-4"]  # fmt: skip
     last = stages["evaluate-4"]
@@ -41,15 +42,12 @@ def test_the_schedule_every_k_generations_and_after_the_last():
     assert "models/gen-1/champion" not in last["deps"]
     order = list(stages)
     assert order.index("evaluate-4") > order.index("promote-4")
-    plotted = {f for plot in pipeline.plots(5, schedule) for f in next(iter(plot.values()))["y"]}
+    plotted = {f for plot in pipeline.plots(schedule) for f in next(iter(plot.values()))["y"]}
     assert "reports/eval/history-gen-4.json" in plotted
     # The committed dvc.yaml has the schedule params.yaml gives.
     raw = yaml.safe_load((REPO / "params.yaml").read_text())
     committed = yaml.safe_load((REPO / "dvc.yaml").read_text())
-    expected = pipeline.pipeline(
-        raw["run"]["generations"], evaluation=pipeline.evaluation_of(raw, "params.yaml")
-    )
-    assert committed == expected
+    assert committed == pipeline.pipeline(plan_of(raw, "params.yaml"))
 
 
 def test_engine_command_lines(monkeypatch):

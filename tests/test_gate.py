@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 import torch
 
-from gocore import search as S
 from gocore.arena import play_match
 from gocore.board import point_xy
 from gocore.rules import PRESETS
@@ -20,6 +19,7 @@ from nets.model import GoNet
 from play.sgf import read_sgf, replay
 from stages import gate
 from stages.params import MatchSearchSection
+from tests.conftest import search_params
 
 torch.set_num_threads(1)
 
@@ -46,8 +46,9 @@ def test_each_side_plays_with_its_own_net():
     a_is_black = np.array([True, False] * 6)
     games = play_match(
         UniformNet(0), CornerNet(), a_is_black, size=5,
-        rules=PRESETS["tromp-taylor"].with_komi(0.5), visits=2, params=S.DEFAULT_PARAMS,
-        leaves_per_game=1, seed=0, temperature_start=0.05, temperature_end=0.05,
+        rules=PRESETS["tromp-taylor"].with_komi(0.5), visits=2,
+        params=search_params(score_utility=0.0), leaves_per_game=1, seed=0,
+        temperature_start=0.05, temperature_end=0.05,
     )  # fmt: skip
     assert [g.a_is_black for g in games] == a_is_black.tolist()
     first_b, first_a = [], []
@@ -73,9 +74,10 @@ def _params(**kw):
                                 virtual_loss=1.0, score_utility=0.0)  # fmt: skip
     values = dict(games=6, win_fraction=0.5, early_stop=False, slots=3, visits=4,
                   leaves_per_game=2, board_size=5, rules="chinese", komi=0.5,
-                  temperature_start=0.5, temperature_end=0.1, search=search, seed=0)  # fmt: skip
+                  temperature_start=0.5, temperature_end=0.1, search=search, threads=1,
+                  seed=0)  # fmt: skip
     values.update(kw)
-    return gate.GateParams(**values)
+    return gate.Params(gate=gate.GateParams(**values), device="cpu")
 
 
 def test_gate_against_the_uniform_champion(tmp_path):

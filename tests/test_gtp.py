@@ -6,6 +6,8 @@ import os
 import subprocess
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gocore.board import BLACK, WHITE
 from gocore.rules import PRESETS
@@ -252,3 +254,113 @@ def test_the_cli_engine_survives_garbage():
     )  # fmt: skip
     assert proc.returncode == 0
     assert proc.stdout.decode().rstrip().endswith("= tengen")
+
+
+def test_loadsgf_refuses_what_is_not_a_game_record_and_bad_move_numbers(engine, tmp_path):
+    record = SHARED_SGF / "fanhui-alphago-2015-g1.sgf"
+    moves = len(read_sgf(record).moves)
+    before = talk(engine, "komi 6.5", "printsgf")[1]
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for bad, message in (
+        (f"loadsgf {fifo}", "not a regular file"),
+        ("loadsgf /dev/zero", "not a regular file"),
+        (f"loadsgf {tmp_path}", "cannot read"),
+        (f"loadsgf {record} -3", "move number must be >= 1"),
+        (f"loadsgf {record} 0", "move number must be >= 1"),
+        (f"loadsgf {record} {moves + 2}", f"no move {moves + 2}: the game has {moves}"),
+    ):
+        [answer] = talk(engine, bad)
+        assert answer.startswith("? ") and message in answer, (bad, answer)
+        assert talk(engine, "printsgf") == [before], bad  # the game is as it was
+    big = tmp_path / "big.sgf"
+    big.write_bytes(b"(;SZ[9]" + b" " * (9 << 20) + b")")
+    assert "larger than 8 MB" in talk(engine, f"loadsgf {big}")[0]
+    # The last move number there is: the position after every move.
+    assert talk(engine, f"loadsgf {record} {moves + 1}") == ["= "]
+    # A file without KM[] keeps the engine's komi; one with KM[] sets it.
+    bare = tmp_path / "bare.sgf"
+    bare.write_text("(;GM[1]FF[4]SZ[9];B[ee];W[cc])")
+    assert talk(engine, "komi 3.5", f"loadsgf {bare}") == ["= ", "= "]
+    assert engine.game.komi == 3.5 and "KM[3.5]" in talk(engine, "printsgf")[0]
+    bare.write_text("(;GM[1]FF[4]SZ[9]KM[0.5];B[ee])")
+    assert talk(engine, f"loadsgf {bare}") == ["= "] and engine.game.komi == 0.5
+
+
+def _state(engine: GtpEngine) -> tuple:
+    g = engine.game
+    return (g.size, g.komi, g.to_move, g.board().tobytes(), list(g.moves), dict(g.captures))
+
+
+COMMAND_WORDS = [
+    "play", "genmove", "boardsize", "komi", "loadsgf", "undo", "fixed_handicap",
+    "place_free_handicap", "set_free_handicap", "time_settings", "kgs-time_settings",
+    "time_left", "final_score", "final_status_list", "is_legal", "list_stones",
+    "clear_board", "showboard", "printsgf", "known_command", "reg_genmove", "kgs-genmove_cleanup",
+    "kata-set-rules", "all_legal", "captures", "set_random_seed",
+]  # fmt: skip
+WORDS = ["b", "w", "black", "white", "pass", "resign", "a1", "t19", "j9", "z9", "d4", "-1", "0",
+         "1", "7.5", "nan", "inf", "1e308", "99999999999999999999", "dead", "alive", "\x00", "",
+         "none", "absolute", "canadian", "byoyomi", "chinese", "japanese"]  # fmt: skip
+
+
+@given(
+    line=st.one_of(
+        st.text(max_size=60),
+        st.tuples(
+            st.one_of(st.none(), st.integers(0, 10**6)),
+            st.sampled_from(COMMAND_WORDS),
+            st.lists(st.one_of(st.sampled_from(WORDS), st.text(max_size=8)), max_size=4),
+        ).map(lambda t: " ".join(([str(t[0])] if t[0] is not None else []) + [t[1], *t[2]])),
+    )
+)
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_fuzzed_gtp_lines_always_get_an_answer_and_a_refusal_changes_nothing(line):
+    """Random and half-right command lines: the engine always answers (= or ?), never dies,
+    and a `?` leaves the game as it was."""
+    engine = _FUZZ_ENGINE
+    before = _state(engine)
+    response = engine.handle(line)
+    if response is None:
+        return
+    assert response.endswith("\n\n") and response[0] in "=?", (line, response)
+    if response.startswith("?"):
+        assert _state(engine) == before, (line, response)
+    assert engine.handle("protocol_version") == "= 2\n\n"
+
+
+_FUZZ_ENGINE = GtpEngine(RandomPlayer(seed=3), rules=PRESETS["chinese"], size=9,
+                         dead_stone_playouts=4)  # fmt: skip
+
+
+@given(data=st.data())
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+          HealthCheck.function_scoped_fixture])  # fmt: skip
+def test_fuzzed_sgf_files_load_or_are_refused_and_a_refusal_changes_nothing(data, tmp_path):
+    """Real game records cut short, with bytes changed or inserted: `loadsgf` loads them or
+    answers `?`, and the engine goes on."""
+    source = data.draw(st.sampled_from(sorted(SHARED_SGF.glob("*.sgf"))))
+    raw = bytearray(source.read_bytes())
+    for _ in range(data.draw(st.integers(0, 6))):
+        at = data.draw(st.integers(0, len(raw) - 1))
+        kind = data.draw(st.sampled_from(["flip", "cut", "insert"]))
+        if kind == "flip":
+            raw[at] = data.draw(st.integers(0, 255))
+        elif kind == "cut":
+            del raw[at:]
+            if not raw:
+                break
+        else:
+            raw[at:at] = data.draw(st.sampled_from([b"(", b")", b";", b"[", b"]", b"\\", b"B[zz]",
+                                                    b"SZ[25]", b"KM[x]", b"AB[aa]"]))  # fmt: skip
+    path = tmp_path / "fuzzed.sgf"
+    path.write_bytes(bytes(raw))
+    engine = GtpEngine(RandomPlayer(seed=3), rules=PRESETS["chinese"], size=19)
+    engine.handle("play b d4")
+    before = _state(engine)
+    number = data.draw(st.one_of(st.none(), st.integers(-2, 400)))
+    response = engine.handle(f"loadsgf {path}" + ("" if number is None else f" {number}"))
+    assert response[0] in "=?" and response.endswith("\n\n")
+    if response.startswith("?"):
+        assert _state(engine) == before
+    assert engine.handle("genmove b")[0] == "="

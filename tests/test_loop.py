@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -47,9 +48,10 @@ def test_the_loop_runs_through_dvc_and_resumes(tmp_path, prefect_api):
     before = shard.stat().st_mtime_ns
     results = loop(str(repo))
     grown = ["train-b4c32-1", "ema-b4c32-1", "gate-b4c32-1"]
-    assert [r["stage"] for r in results] == (
-        [f"{s}-0" for s in STAGES] + [f"{s}-1" for s in STAGES[:-1]] + grown + ["promote-1"]
-    )
+    # Each stage in turn, for every net that trains in the generation.
+    assert [r["stage"] for r in results] == [f"{s}-0" for s in STAGES] + [
+        "selfplay-1", "shuffle-1", "train-1", "train-b4c32-1", "ema-1", "ema-b4c32-1",
+        "gate-1", "gate-b4c32-1", "promote-1"]  # fmt: skip
     ran = {r["stage"] for r in results if r["ran"]}
     # Self-play finished (and DVC recorded it) before the kill: it is not redone. The stage
     # running when the kill came (shuffle, or the next if DVC had just recorded it) runs again
@@ -105,11 +107,15 @@ def check_mlflow(repo, ran: set[str]) -> None:
     assert client.get_model_version_by_alias("tengen", "candidate").version == champion.version
     assert champion.tags["tengen.generation"] == "1" and champion.tags["tengen.net"] == "b4c32"
     assert nested["train-b4c32-1"].data.tags["tengen.net"] == "b4c32"
+    # The registered model is the checkpoint itself: it loads with weights_only, as the
+    # README shows, and there is no pickled model to load.
     mlflow.set_tracking_uri(f"sqlite:///{repo}/mlflow.db")
     try:
-        net = mlflow.pytorch.load_model("models:/tengen@champion")
+        folder = Path(mlflow.artifacts.download_artifacts("models:/tengen@champion"))
     finally:
         mlflow.set_tracking_uri(None)
+    assert sorted(p.name for p in folder.iterdir()) == ["candidate.pt"]
+    net, _ = load(folder / "candidate.pt")
     saved, _ = load(repo / "models/gen-1/champion/champion.pt")
     for name, value in saved.state_dict().items():
         assert torch.equal(net.state_dict()[name], value), name
@@ -158,3 +164,70 @@ def test_the_generation_summary_takes_the_deciding_gate_and_skips_what_is_not_a_
     assert generation_summary(results) == expected
     results[-1]["metrics"] = {"promoted": False, "decision": {"win_rate": None}}
     assert "gate_win_rate" not in generation_summary(results)
+
+
+def _processes_in(repo) -> list:
+    """The processes working in `repo` (a loop, its dvc and stage, Prefect's local server)."""
+    import psutil
+
+    found = []
+    for p in psutil.process_iter(["cwd", "status"]):
+        cwd = p.info.get("cwd") or ""
+        if cwd.startswith(str(repo)) and p.info["status"] != psutil.STATUS_ZOMBIE:
+            found.append(p)
+    return found
+
+
+@pytest.mark.slow
+def test_ctrl_c_and_sigterm_stop_the_loop_and_its_stage_and_the_next_run_resumes(tmp_path):
+    """`tengen run` on Prefect's own local server (no test harness): Ctrl-C to its process
+    group, then SIGTERM to it alone, each while a stage runs: it exits within seconds, takes
+    its stage and the server with it, marks the MLflow runs KILLED and leaves no temporary
+    output; the third run finishes the run."""
+    from mlflow import MlflowClient
+
+    repo = make_run_repo(tmp_path / "run", code_deps=False, win_fraction=0.0)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API")}
+    env["PREFECT_HOME"] = str(tmp_path / "prefect")
+    command = [sys.executable, "-m", "flows.cli", "run", "--generations", "1"]
+
+    def start_and_stop(marker: str, how: str) -> int:
+        child = subprocess.Popen(
+            command, cwd=repo, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            text=True, start_new_session=True,
+        )  # fmt: skip
+        deadline = time.time() + 600
+        while not list(repo.glob(marker)) and time.time() < deadline:
+            assert child.poll() is None, child.stderr.read()[-3000:]
+            time.sleep(0.1)
+        assert list(repo.glob(marker)), f"no {marker} within 10 minutes"
+        sent = time.time()
+        if how == "group":
+            os.killpg(child.pid, signal.SIGINT)
+        else:
+            child.send_signal(signal.SIGTERM)
+        code = child.wait(60)
+        took = time.time() - sent
+        assert took < 30, f"took {took:.0f} s to stop"
+        time.sleep(1)
+        assert _processes_in(repo) == [], [p.cmdline() for p in _processes_in(repo)]
+        assert not list(repo.rglob(".*.tmp-*")), list(repo.rglob(".*.tmp-*"))
+        return code
+
+    # Ctrl-C while generation 0 plays its games (self-play's temporary folder exists).
+    assert start_and_stop("data/selfplay/.gen-0.tmp-*", "group") == 128 + signal.SIGINT
+    # SIGTERM to the loop alone while train runs.
+    assert start_and_stop("models/gen-0/.train.tmp-*", "pid") == 128 + signal.SIGTERM
+    client = MlflowClient(f"sqlite:///{repo}/mlflow.db")
+    exp = client.get_experiment_by_name("tengen")
+    runs = client.search_runs([exp.experiment_id], max_results=100)
+    loops = [r for r in runs if r.data.tags.get("tengen.launcher") == "tengen run"]
+    assert [r.info.status for r in loops] == ["KILLED", "KILLED"]
+    stopped = {r.info.run_name: r.info.status for r in runs if r not in loops}
+    assert stopped.get("selfplay-0") in ("KILLED", "FINISHED") and stopped["train-0"] == "KILLED"
+    # The next run resumes: self-play's games are not played again, and it finishes.
+    finished = subprocess.run(command, cwd=repo, env=env, capture_output=True, text=True,
+                              timeout=900)  # fmt: skip
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    assert "up to date" in run_in(repo, "dvc", "status")
+    assert json.loads((repo / "models/gen-0/champion/promotion.json").read_text())["promoted"]

@@ -3,6 +3,7 @@ checkpoints (round trip, refusals, export), the evaluator and its symmetries."""
 
 from __future__ import annotations
 
+import dataclasses
 import fractions
 import json
 
@@ -15,7 +16,9 @@ from nets.config import SIZES, NetConfig, net_config
 from nets.evaluator import Evaluator, transform, untransform
 from nets.losses import LossWeights, loss_terms
 from nets.model import GoNet, score_values
-from tests.conftest import run_cli
+from tests.conftest import loss_weights, run_cli
+
+WEIGHTS = loss_weights()
 
 SMALL = ["b2c16", "mobile-b4c32"]
 
@@ -44,11 +47,11 @@ def targets(batch: int, tensor: int, board: int | None = None, seed: int = 1):
     policy = torch.rand(batch, tensor * tensor + 1, generator=g) * legal
     moves = torch.nonzero(legal).flatten()
     return {
-        "policy": policy / policy.sum(dim=1, keepdim=True),
+        "policy_target": policy / policy.sum(dim=1, keepdim=True),
         "policy_weight": torch.ones(batch),
         "opponent_move": moves[torch.randint(0, len(moves), (batch,), generator=g)],
         "outcome": torch.eye(3)[torch.randint(0, 2, (batch,), generator=g)],
-        "score": torch.randint(-20, 20, (batch,), generator=g).float() + 0.5,
+        "final_score": torch.randint(-20, 20, (batch,), generator=g).float() + 0.5,
         "ownership": torch.randint(-1, 2, (batch, tensor, tensor), generator=g).float() * on_board,
         "value_weight": torch.ones(batch),
     }
@@ -100,7 +103,9 @@ def test_the_gradient_reaches_every_parameter(name):
     torch.manual_seed(0)
     model = GoNet(SIZES[name]).train()
     planes, glob = inputs(4, 7)
-    loss = loss_terms(model(planes, glob), targets(4, 7), planes[:, 0], model)["total"]
+    loss = loss_terms(model(planes, glob), targets(4, 7), planes[:, 0], model, weights=WEIGHTS)[
+        "total"
+    ]
     loss.backward()
     missing = [n for n, p in model.named_parameters() if p.grad is None or not p.grad.any()]
     assert not missing
@@ -109,19 +114,19 @@ def test_the_gradient_reaches_every_parameter(name):
 def _perfect_outputs(target: dict, tensor: int) -> dict:
     """Outputs that predict `target` as well as outputs can."""
     values = score_values(SIZES["b2c16"])
-    score_bin = ((target["score"] - values[0]) * 2).long()
-    belief = torch.full((len(target["score"]), len(values)), -1e4)
+    score_bin = ((target["final_score"] - values[0]) * 2).long()
+    belief = torch.full((len(target["final_score"]), len(values)), -1e4)
     belief[torch.arange(len(score_bin)), score_bin] = 0.0
-    reply = torch.full_like(target["policy"], -1e4)
+    reply = torch.full_like(target["policy_target"], -1e4)
     reply[torch.arange(len(reply)), target["opponent_move"]] = 0.0
     return {
-        "policy": torch.log(target["policy"].clamp(min=1e-30)),
+        "policy": torch.log(target["policy_target"].clamp(min=1e-30)),
         "opponent_policy": reply,
         "outcome": torch.log(target["outcome"].clamp(min=1e-30)),
         "ownership": target["ownership"],
         "score_belief": belief,
-        "score_mean": target["score"].clone(),
-        "score_stdev": torch.zeros_like(target["score"]),
+        "score_mean": target["final_score"].clone(),
+        "score_stdev": torch.zeros_like(target["final_score"]),
     }
 
 
@@ -129,8 +134,12 @@ def test_each_loss_term_is_zero_or_minimal_on_a_perfect_prediction():
     tensor = 7
     target = targets(5, tensor)
     mask = torch.ones(5, tensor, tensor)
-    perfect = loss_terms(_perfect_outputs(target, tensor), target, mask)
-    entropy = -(target["policy"] * torch.log(target["policy"].clamp(min=1e-30))).sum(1).mean()
+    perfect = loss_terms(_perfect_outputs(target, tensor), target, mask, weights=WEIGHTS)
+    entropy = (
+        -(target["policy_target"] * torch.log(target["policy_target"].clamp(min=1e-30)))
+        .sum(1)
+        .mean()
+    )
     assert perfect["policy"].item() == pytest.approx(entropy.item(), rel=1e-5)
     for term in ("opponent_policy", "outcome", "ownership", "score_pdf", "score_cdf"):
         assert perfect[term].item() == pytest.approx(0.0, abs=1e-4), term
@@ -148,7 +157,7 @@ def test_each_loss_term_is_zero_or_minimal_on_a_perfect_prediction():
     ]:
         disturbed = dict(_perfect_outputs(target, tensor))
         disturbed[key] = change(disturbed[key])
-        worse = loss_terms(disturbed, target, mask)
+        worse = loss_terms(disturbed, target, mask, weights=WEIGHTS)
         assert worse["total"] > perfect["total"], key
 
 
@@ -160,9 +169,9 @@ def _row_weight_case(column: str):
     target = targets(4, 7)
     with torch.no_grad():
         out = model(planes, glob)
-    full = loss_terms(out, target, planes[:, 0])
+    full = loss_terms(out, target, planes[:, 0], weights=WEIGHTS)
     target[column] = torch.tensor([1.0, 0.0, 1.0, 0.0])
-    return full, loss_terms(out, target, planes[:, 0]), (out, target, planes[:, 0])
+    return full, loss_terms(out, target, planes[:, 0], weights=WEIGHTS), (out, target, planes[:, 0])
 
 
 def test_a_policy_weight_of_zero_removes_only_the_policy_terms():
@@ -180,7 +189,7 @@ def test_a_score_weight_of_zero_removes_only_the_score_and_ownership_terms():
     for term in ("policy", "opponent_policy", "outcome", "score_mean", "score_stdev"):
         assert side[term] == full[term], term
     target["score_weight"] = torch.ones(4)
-    assert loss_terms(out, target, mask)["total"] == full["total"]
+    assert loss_terms(out, target, mask, weights=WEIGHTS)["total"] == full["total"]
 
 
 def test_training_on_a_fixed_batch_lowers_the_loss():
@@ -191,7 +200,7 @@ def test_training_on_a_fixed_batch_lowers_the_loss():
     optimizer = torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.9)
     losses = []
     for _ in range(300):
-        terms = loss_terms(model(planes, glob), target, planes[:, 0], model)
+        terms = loss_terms(model(planes, glob), target, planes[:, 0], model, weights=WEIGHTS)
         optimizer.zero_grad()
         terms["total"].backward()
         optimizer.step()
@@ -200,12 +209,17 @@ def test_training_on_a_fixed_batch_lowers_the_loss():
 
 
 def test_loss_weights_from_params():
-    weights = LossWeights.from_params({"policy": 1, "ownership": 0.5})
-    assert weights.ownership == 0.5 and weights.opponent_policy == 0.15
-    with pytest.raises(ValueError, match=r"params.yaml: loss: unknown keys \['polcy'\]"):
-        LossWeights.from_params({"polcy": 1.0})
-    with pytest.raises(ValueError, match=r"loss.l2 must be a number >= 0 \(got -1\)"):
-        LossWeights.from_params({"l2": -1})
+    from stages.params import LossParams, ParamsError, validate
+
+    given = dict(dataclasses.asdict(WEIGHTS), policy=1, ownership=0.5)
+    weights = validate(LossParams, given, source="p.yaml", prefix="loss").weights()
+    assert weights.ownership == 0.5 and weights.opponent_policy == WEIGHTS.opponent_policy
+    with pytest.raises(ParamsError, match=r"p.yaml: loss.polcy: Extra inputs are not permitted"):
+        validate(LossParams, {**given, "polcy": 1.0}, source="p.yaml", prefix="loss")
+    with pytest.raises(ParamsError, match=r"loss.l2: Input should be greater than or equal to 0"):
+        validate(LossParams, {**given, "l2": -1}, source="p.yaml", prefix="loss")
+    with pytest.raises(ParamsError, match=r"loss: Input should be a valid dictionary"):
+        validate(LossParams, 5, source="p.yaml", prefix="loss")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -389,7 +403,12 @@ def test_params_yaml_loss_section_gives_the_paper_weights():
     from tests.conftest import REPO
 
     section = yaml.safe_load((REPO / "params.yaml").read_text())["loss"]
-    assert LossWeights.from_params(section) == LossWeights()
+    # Appendix B of the paper (ownership divided by the area, summed over the points).
+    paper = LossWeights(policy=1.0, opponent_policy=0.15, outcome=1.5, ownership=1.5,
+                        score_pdf=0.02, score_cdf=0.02, score_mean=0.004, score_stdev=0.004,
+                        l2=3e-5)  # fmt: skip
+    assert paper == WEIGHTS
+    assert set(section) == {f.name for f in dataclasses.fields(LossWeights)}
 
 
 def test_gocore_features_into_the_evaluator_and_back_to_points():

@@ -13,11 +13,12 @@ import yaml
 from flows import pipeline
 from stages.lines import lines
 from stages.params import ParamsError, load_params
+from stages.spec import Plan, plan_of
 from tests.conftest import REPO, make_run_repo, run_in
 
 
 def test_generations_unroll_with_their_links():
-    stages = pipeline.pipeline(3)["stages"]
+    stages = pipeline.pipeline(Plan(3))["stages"]
     assert len(stages) == 18
     names = ("selfplay", "shuffle", "train", "ema", "gate", "promote")
     assert list(stages)[:6] == [f"{s}-0" for s in names]
@@ -41,15 +42,15 @@ def test_generations_unroll_with_their_links():
             if dep.startswith(("data/", "models/", "reports/")):
                 assert order.index(made[dep]) < order.index(name), (name, dep)
     # The plots read the last generation's history, which promote-2 writes.
-    plotted = {f for plot in pipeline.pipeline(3)["plots"] for f in next(iter(plot.values()))["y"]}
+    plotted = {f for plot in pipeline.plots(Plan(3)) for f in next(iter(plot.values()))["y"]}
     assert plotted == {"reports/history/gen-2.json"} and made[plotted.pop()] == "promote-2"
     # The committed dvc.yaml is what params.yaml says.
     committed = yaml.safe_load((REPO / "dvc.yaml").read_text())
     raw = load_params(REPO / "params.yaml")
-    count = pipeline.generations_of(raw, "params.yaml")
-    assert committed == pipeline.pipeline(count, evaluation=pipeline.evaluation_of(raw, "p"))
-    with pytest.raises(ParamsError, match="run.generations"):
-        pipeline.generations_of({"run": {"generations": 0}}, "p.yaml")
+    assert committed == pipeline.pipeline(plan_of(raw, "params.yaml"))
+    raw["run"]["generations"] = 0
+    with pytest.raises(ParamsError, match="p.yaml: run.generations: Input should be greater"):
+        plan_of(raw, "p.yaml")
 
 
 @pytest.mark.slow
@@ -134,11 +135,11 @@ def test_grown_nets_get_their_own_stages_from_their_generation():
     nets = lines(raw, "params.yaml")
     assert [(x.net, x.start, x.rank) for x in nets] == [
         (raw["train"]["net"], 0, 0), ("b6c96", 1, 1), ("b10c128", 2, 2)]  # fmt: skip
-    stages = pipeline.pipeline(3, nets=nets)["stages"]
+    stages = pipeline.pipeline(Plan(3, tuple(nets)))["stages"]
     assert "train-b6c96-0" not in stages and "train-b10c128-1" not in stages
     assert list(stages)[-10:] == [
-        "train-2", "ema-2", "gate-2", "train-b6c96-2", "ema-b6c96-2", "gate-b6c96-2",
-        "train-b10c128-2", "ema-b10c128-2", "gate-b10c128-2", "promote-2"]  # fmt: skip
+        "train-2", "train-b6c96-2", "train-b10c128-2", "ema-2", "ema-b6c96-2", "ema-b10c128-2",
+        "gate-2", "gate-b6c96-2", "gate-b10c128-2", "promote-2"]  # fmt: skip
     assert stages["train-b6c96-2"]["cmd"].endswith("--generation 2 --net b6c96")
     assert stages["ema-b6c96-1"]["cmd"].endswith("--generation 1 --net b6c96 --fresh")
     assert stages["promote-2"]["cmd"].endswith("--grown b6c96,b10c128")
@@ -161,11 +162,42 @@ def test_grown_nets_get_their_own_stages_from_their_generation():
     for bad, message in (
         ([{"net": "b99c1", "from": 1}], "unknown net"),
         ([{"net": raw["train"]["net"], "from": 1}], "already one of the run's nets"),
-        ([{"net": "b6c96", "from": 0}], "generation >= 1"),
-        ([{"net": "b6c96"}], r"expected \{net"),
+        ([{"net": "b6c96", "from": 0}], r"run.grow.0.from: Input should be greater than or"),
+        ([{"net": "b6c96"}], r"run.grow.0.from: Field required"),
         ([{"net": "b6c96", "from": 3}, {"net": "b10c128", "from": 2}], "start in order"),
         ([{"net": "b10c128", "from": 1}, {"net": "b6c96", "from": 2}], "not bigger than b10c128"),
     ):
         raw["run"]["grow"] = bad
         with pytest.raises(ParamsError, match=message):
             lines(raw, "params.yaml")
+
+
+def test_the_dependency_direction_and_no_stage_importing_another():
+    """flows -> stages -> play -> (gocore, nets), from the import graph: no stage reaches
+    another stage's module, play/gocore/nets never reach stages or flows, gocore never imports
+    torch, and dvc.yaml's code deps are exactly that graph."""
+    import ast
+
+    from stages.imports import SOURCE, code_files
+
+    names = ("selfplay", "shuffle", "train", "ema", "gate", "promote", "evaluate")
+    for name in names:
+        reached = code_files((f"stages.{name}",))
+        others = {f"stages/{o}.py" for o in names if o != name}
+        assert not others & set(reached), (name, sorted(others & set(reached)))
+        assert not [f for f in reached if f.startswith("flows/")], name
+    for package in ("play", "gocore", "nets"):
+        for path in sorted((SOURCE / package).glob("*.py")):
+            reached = code_files((f"{package}.{path.stem}",))
+            assert not [f for f in reached if f.startswith(("stages/", "flows/"))], path
+    for path in sorted((SOURCE / "gocore").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                modules = [a.name for a in node.names] if isinstance(node, ast.Import) else [
+                    node.module or ""]  # fmt: skip
+                assert not any(m.split(".")[0] == "torch" for m in modules), path
+    committed = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
+    listed = {d for d in committed["shuffle-0"]["deps"] if d.endswith(".py")}
+    assert listed == set(code_files(("stages.shuffle",)))
+    # An edit to gocore/board.py reruns the shuffle (it reaches it through gocore/features.py).
+    assert {"gocore/board.py", "gocore/features.py", "stages/rows.py"} <= listed

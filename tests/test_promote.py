@@ -13,6 +13,7 @@ from nets.checkpoint import save
 from nets.config import net_config
 from nets.model import GoNet
 from stages import promote
+from stages.champions import champion_in
 from stages.lines import size_of
 
 
@@ -37,21 +38,21 @@ def test_promotions_across_generations(tmp_path):
         )  # fmt: skip
 
     # Generation 0 fails against uniform priors: still no champion.
-    assert promote.run(io(0, False, previous=False)) == {
+    assert promote.run(promote.Params(), io(0, False, previous=False)) == {
         "generation": 0, "promoted": False, "champion": None, "champion_net": None}  # fmt: skip
-    assert promote.champion_path(tmp_path / "gen-0" / "champion") is None
+    assert champion_in(tmp_path / "gen-0" / "champion") is None
     # Generation 1 passes: its candidate is the champion, byte for byte.
-    assert promote.run(io(1, True))["champion"] == "cand-1"
-    champ = promote.champion_path(tmp_path / "gen-1" / "champion")
+    assert promote.run(promote.Params(), io(1, True))["champion"] == "cand-1"
+    champ = champion_in(tmp_path / "gen-1" / "champion")
     assert champ.read_bytes() == (tmp_path / "gen-1" / "candidate.pt").read_bytes()
     # Generation 2 fails: generation 1's champion stays.
-    assert promote.run(io(2, False))["champion"] == "cand-1"
-    champ2 = promote.champion_path(tmp_path / "gen-2" / "champion")
+    assert promote.run(promote.Params(), io(2, False))["champion"] == "cand-1"
+    champ2 = champion_in(tmp_path / "gen-2" / "champion")
     assert champ2.read_bytes() == champ.read_bytes()
     promotion = json.loads((tmp_path / "gen-2" / "champion" / "promotion.json").read_text())
     assert promotion["champion"]["generation"] == 1 and not promotion["promoted"]
     assert [c["id"] for c in promotion["line"]] == ["cand-1"]
-    assert promote.run(io(3, True))["champion"] == "cand-3"
+    assert promote.run(promote.Params(), io(3, True))["champion"] == "cand-3"
     line = json.loads((tmp_path / "gen-3" / "champion" / "promotion.json").read_text())["line"]
     assert [c["id"] for c in line] == ["cand-1", "cand-3"]
 
@@ -59,12 +60,19 @@ def test_promotions_across_generations(tmp_path):
 def test_missing_inputs_name_the_stage(tmp_path):
     cand = _candidate(tmp_path / "c.pt", "c")
     with pytest.raises(promote.InputError, match="run the gate stage first"):
-        promote.run(promote.PromoteIO(1, cand, tmp_path / "none.json", tmp_path / "out"))
+        promote.run(
+            promote.Params(), promote.PromoteIO(1, cand, tmp_path / "none.json", tmp_path / "out")
+        )
     decision = _decision(tmp_path / "d.json", True)
     with pytest.raises(promote.InputError, match="previous generation's"):
-        promote.run(promote.PromoteIO(1, cand, decision, tmp_path / "out", tmp_path / "gen-0"))
+        promote.run(
+            promote.Params(),
+            promote.PromoteIO(1, cand, decision, tmp_path / "out", tmp_path / "gen-0"),
+        )
     with pytest.raises(promote.InputError, match="run the ema stage first"):
-        promote.run(promote.PromoteIO(0, tmp_path / "nope.pt", decision, tmp_path / "out"))
+        promote.run(
+            promote.Params(), promote.PromoteIO(0, tmp_path / "nope.pt", decision, tmp_path / "out")
+        )
     assert not (tmp_path / "out").exists()
 
 
@@ -105,7 +113,7 @@ def test_the_history_rows_and_the_champion_elo(tmp_path):
         decision = tmp_path / f"gate-{gen}.json"
         decision.write_text(json.dumps({"passed": passed, "candidate_wins": wins, "games": 2,
                                         "win_rate": wins / 2}))  # fmt: skip
-        promote.run(promote.PromoteIO(
+        promote.run(promote.Params(), promote.PromoteIO(
             gen, _candidate(tmp_path / f"c{gen}.pt", f"c{gen}"), decision,
             tmp_path / f"gen-{gen}" / "champion",
             tmp_path / f"gen-{gen - 1}" / "champion" if gen else None,
@@ -123,7 +131,7 @@ def test_the_history_rows_and_the_champion_elo(tmp_path):
     # A generation whose earlier history is missing says which stage to run.
     (reports / "history" / "gen-1.json").unlink()
     with pytest.raises(promote.InputError, match="gen-1.json does not exist; run the promote"):
-        promote.run(promote.PromoteIO(
+        promote.run(promote.Params(), promote.PromoteIO(
             2, tmp_path / "c2.pt", tmp_path / "gate-2.json", tmp_path / "again",
             tmp_path / "gen-1" / "champion", history=reports / "history" / "x.json",
             reports=reports,
@@ -146,7 +154,7 @@ def test_a_bigger_net_takes_over_and_is_never_given_back(tmp_path):
         small, small_decision = candidate(gen, "b2c16", small_passes)
         big, big_decision = candidate(gen, "b4c32", big_passes)
         grown = (promote.Contender("b4c32", big, big_decision, tmp_path / "unused.json"),)
-        return promote.run(promote.PromoteIO(
+        return promote.run(promote.Params(), promote.PromoteIO(
             gen, small, small_decision, tmp_path / f"gen-{gen}/champion",
             tmp_path / f"gen-{gen - 1}/champion" if gen else None, grown=grown,
         ))  # fmt: skip

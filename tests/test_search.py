@@ -11,7 +11,10 @@ import pytest
 from gocore import board as gb
 from gocore import search as S
 from gocore.board import BLACK, PASS, WHITE
-from tests.conftest import game_from_diagram
+from tests.conftest import game_from_diagram, search_params
+
+# params.yaml's self-play search, on win/loss alone (these positions test the value's backup).
+PARAMS = search_params(score_utility=0.0)
 
 
 def score_evaluator(leaves):
@@ -35,7 +38,7 @@ def random_evaluator(seed: int):
 @pytest.mark.parametrize("leaves_per_game", [1, 4])
 def test_visits_sum_to_what_was_asked(leaves_per_game):
     roots = gb.new_boards(3, [5, 7, 9], max_moves=200)
-    tree = S.search(roots, random_evaluator(0), 64, leaves_per_game=leaves_per_game)
+    tree = S.search(roots, random_evaluator(0), 64, leaves_per_game=leaves_per_game, params=PARAMS)
     assert (tree.visits[:, S.ROOT] == 64).all()
     for g in range(3):
         assert sum(S.root_visits(tree, g).values()) == 63  # the root's own evaluation is one
@@ -63,7 +66,7 @@ def test_search_captures_the_group_in_atari():
         rules="chinese",
         to_move=BLACK,
     )
-    tree = S.search(game.b, score_evaluator, 200)
+    tree = S.search(game.b, score_evaluator, 200, params=PARAMS)
     visits = S.root_visits(tree, 0)
     best = max(visits, key=visits.get)
     assert gb.point_xy(game.b.stride, best) == (2, 0)
@@ -84,7 +87,7 @@ def test_search_finds_the_one_move_that_saves_a_group():
         to_move=BLACK,
     )
     game.set_komi(-6.5)
-    tree = S.search(game.b, score_evaluator, 1500)
+    tree = S.search(game.b, score_evaluator, 1500, params=PARAMS)
     visits = S.root_visits(tree, 0)
     ranked = sorted(visits, key=visits.get, reverse=True)
     assert gb.point_xy(game.b.stride, ranked[0]) == (3, 2)
@@ -105,7 +108,7 @@ def test_passing_to_end_a_won_game_is_a_terminal_win():
     )
     game.set_komi(0.5)
     game.play(WHITE, None)  # White passes; Black may end the game by passing
-    tree = S.search(game.b, score_evaluator, 50)
+    tree = S.search(game.b, score_evaluator, 50, params=PARAMS)
     start, count = tree.first_edge[0, S.ROOT], tree.num_edges[0, S.ROOT]
     pass_edge = [e for e in range(start, start + count) if tree.edge_move[0, e] == PASS][0]
     child = tree.edge_child[0, pass_edge]
@@ -146,9 +149,9 @@ def reference_select(tree, g, n, params, is_root):
 @pytest.mark.parametrize(
     "params",
     [
-        S.SearchParams(),
-        S.SearchParams(c_puct=0.057, puct_exponent=0.737, forced_playouts_k=0.0),
-        S.SearchParams(fpu_reduction=0.0, root_fpu_reduction=0.3, forced_playouts_k=0.0),
+        PARAMS,
+        PARAMS._replace(c_puct=0.057, puct_exponent=0.737, forced_playouts_k=0.0),
+        PARAMS._replace(fpu_reduction=0.0, root_fpu_reduction=0.3, forced_playouts_k=0.0),
     ],
     ids=["puct-forced", "generalized-puct", "fpu"],
 )
@@ -173,9 +176,9 @@ def test_puct_selection_matches_the_reference(params):
 @pytest.mark.parametrize(
     "params",
     [
-        S.SearchParams(forced_playouts_k=0.0),
-        S.SearchParams(fpu_reduction=0.0, forced_playouts_k=0.0),
-        S.SearchParams(),
+        PARAMS._replace(forced_playouts_k=0.0),
+        PARAMS._replace(fpu_reduction=0.0, forced_playouts_k=0.0),
+        PARAMS,
     ],
     ids=["fpu-0.2", "fpu-0", "forced"],
 )
@@ -225,7 +228,7 @@ def test_virtual_loss_spreads_the_leaves_of_one_step():
     evaluate = random_evaluator(2)
     # The first step evaluates the root alone; the second selects four different leaves.
     for budget in (1, 4):
-        S.select_all(tree, roots, leaves, S.DEFAULT_PARAMS, np.array([budget]))
+        S.select_all(tree, roots, leaves, PARAMS, np.array([budget]))
         policy, value = evaluate(leaves)
         if budget == 4:
             assert len(set(tree.leaf[0].tolist())) == 4
@@ -236,7 +239,7 @@ def test_virtual_loss_spreads_the_leaves_of_one_step():
 def test_a_full_tree_stops_growing_without_losing_counts():
     roots = gb.new_boards(2, 5, max_moves=100)
     tree = S.new_tree(2, 5, 5 * roots.color.shape[1])
-    tree = S.search(roots, random_evaluator(3), 40, tree=tree)
+    tree = S.search(roots, random_evaluator(3), 40, tree=tree, params=PARAMS)
     # Five nodes: the root's evaluation and four children's, then no room for a fifth child.
     assert (tree.node_count == 5).all() and (tree.visits[:, S.ROOT] == 5).all()
     assert not tree.pending.any()
@@ -283,7 +286,7 @@ def reference_target(tree, g, params):
 
 @pytest.mark.parametrize("k", [2.0, 0.0])
 def test_policy_targets_prune_forced_playouts_as_the_formula_says(k):
-    params = S.SearchParams(forced_playouts_k=k)
+    params = PARAMS._replace(forced_playouts_k=k)
     roots = gb.new_boards(4, 7, max_moves=200)
     tree = S.search(
         roots, random_evaluator(4), 150, params=params, noise_rng=S_rng(4), noise_games=True
@@ -312,7 +315,7 @@ def S_rng(seed: int, games: int = 4):
 
 def test_root_noise_is_a_dirichlet_mix():
     roots = gb.new_boards(1, 5, max_moves=100)
-    tree = S.search(roots, score_evaluator, 1)  # the root expanded, uniform priors
+    tree = S.search(roots, score_evaluator, 1, params=PARAMS)  # the root expanded, uniform priors
     count = tree.num_edges[0, S.ROOT]
     start = tree.first_edge[0, S.ROOT]
     base = tree.edge_prior[0, start : start + count].copy()
@@ -347,7 +350,7 @@ def test_tree_reuse_keeps_the_subtree_counts():
     area = roots.color.shape[1]
     tree = S.new_tree(2, 402, 402 * area, area=area)
     spare = S.new_tree(2, 402, 402 * area, area=area)
-    tree = S.search(roots, random_evaluator(8), 200, tree=tree)
+    tree = S.search(roots, random_evaluator(8), 200, tree=tree, params=PARAMS)
     moves = np.array([max(S.root_visits(tree, g).items(), key=lambda kv: kv[1])[0] for g in (0, 1)])
     children = []
     for g in range(2):
@@ -372,7 +375,7 @@ def test_tree_reuse_keeps_the_subtree_counts():
     # The search goes on from the kept tree: the game moves on, and visits top up to 200.
     gb.play_all(roots, moves)
     kept = new.visits[:, S.ROOT].copy()
-    new = S.search(roots, random_evaluator(9), 200, tree=new)
+    new = S.search(roots, random_evaluator(9), 200, tree=new, params=PARAMS)
     assert (new.visits[:, S.ROOT] == 200).all() and (kept > 1).all()
     # A move the search never tried starts a fresh tree.
     fresh = S.reroot_all(new, old, np.array([-5, -5]))
@@ -414,7 +417,7 @@ def test_move_choice_follows_visits_sharpened_by_the_temperature():
 def test_a_node_without_moves_is_an_end_of_the_game():
     # A move list one move from full: every leaf below the root has no legal move left.
     roots = gb.new_boards(1, 5, max_moves=1)
-    tree = S.search(roots, score_evaluator, 30)
+    tree = S.search(roots, score_evaluator, 30, params=PARAMS)
     assert tree.visits[0, S.ROOT] == 30 and not tree.pending.any()
     children = [c for c in tree.edge_child[0, : tree.edge_count[0]] if c >= 0]
     assert children and all(tree.terminal[0, c] == 1 for c in children)

@@ -28,8 +28,8 @@ from nets.model import GoNet
 from play.sgf import read_sgf, replay
 from stages import rows as R
 from stages import selfplay as stage
-from stages.params import ParamsError, load_params, section
-from tests.conftest import REPO, game_from_diagram
+from stages.params import ParamsError, SelfPlayParams, load_params, section
+from tests.conftest import REPO, game_from_diagram, search_params
 
 torch.set_num_threads(1)
 
@@ -170,7 +170,7 @@ def test_same_seed_same_shards(tmp_path):
 
 def test_game_randomization():
     """Sizes, rules, komi and handicap drawn per game as params say (Appendix D)."""
-    params = stage.SelfPlayParams.model_validate(
+    params = SelfPlayParams.model_validate(
         small_params(
             board_sizes={5: 1.0, 7: 1.0},
             rules={"japanese": 1.0, "tromp-taylor": 1.0},
@@ -241,10 +241,10 @@ def test_rows_keep_their_references_when_the_pool_grows():
         k = len(turns)
         return rows.append(
             refs, slot_game=np.full(k, game), turn=np.array(turns), to_move=np.ones(k),
-            size=np.full(k, 5), planes=np.zeros((k, F.packed_length(5))), glob=np.zeros((k, 10)),
-            policy=np.zeros((k, 26)), policy_weight=np.ones(k), value_weight=np.ones(k),
-            next_move=np.full(k, -1), visits=np.ones(k), root_value=np.zeros(k),
-            root_score=np.zeros(k),
+            board_size=np.full(k, 5), planes=np.zeros((k, F.packed_length(5))),
+            globals=np.zeros((k, 10)), policy_target=np.zeros((k, 26)), policy_weight=np.ones(k),
+            value_weight=np.ones(k), opponent_move=np.full(k, -1), visits=np.ones(k),
+            root_value=np.zeros(k), root_score=np.zeros(k),
         )  # fmt: skip
 
     refs = np.full(3, -1, np.int64)
@@ -269,7 +269,7 @@ def test_many_slots_keep_every_row_right(tmp_path):
 
 def test_playout_cap_fraction():
     """About full_probability of the searched turns are full searches."""
-    params = stage.SelfPlayParams.model_validate(
+    params = SelfPlayParams.model_validate(
         small_params(full_probability=0.3, games=8, slots=8, opening_moves=0.0)["selfplay"]
     )
     sp = SP.SelfPlay(params.config(), SP.UniformNet(0), games=8, slots=8, seed=3)
@@ -330,7 +330,7 @@ def test_score_utility_prefers_the_bigger_win():
 
     share = {}
     for weight in (0.0, 0.5):
-        params = S.SearchParams(score_utility=weight)
+        params = search_params(score_utility=weight)
         tree = S.search(game.b, lambda b, w=weight: evaluate(b, w), 400, params=params)
         visits = S.root_visits(tree, 0)
         assert sum(visits.values()) == 399
@@ -358,7 +358,7 @@ def test_killed_stage_leaves_nothing(tmp_path, monkeypatch):
     params_path = write_params(tmp_path)
     params, io = stage.prepare(params_path, 0, out=tmp_path / "out" / "gen-0",
                                metrics=tmp_path / "out" / "m.json")  # fmt: skip
-    monkeypatch.setattr(stage, "load_net", lambda model, device, seed=0: (Failing(), "x"))
+    monkeypatch.setattr(stage, "load_evaluator", lambda model, **kw: (Failing(), "x"))
     with pytest.raises(Boom):
         stage.run(params, io, progress=False)
     assert list((tmp_path / "out").iterdir()) == []
@@ -371,11 +371,11 @@ def test_bad_params_are_named(tmp_path):
         load_params(bad)
     raw = small_params(gamez=3, full_probability=2)
     with pytest.raises(ParamsError) as e:
-        section(raw, "selfplay", stage.SelfPlayParams, source="p.yaml")
+        section(raw, "selfplay", SelfPlayParams, source="p.yaml")
     assert "selfplay.gamez" in str(e.value) and "selfplay.full_probability" in str(e.value)
     raw = small_params(rules={"klingon": 1.0})
-    with pytest.raises(ValueError, match="unknown rules"):
-        section(raw, "selfplay", stage.SelfPlayParams, source="p.yaml").config()
+    with pytest.raises(ParamsError, match="p.yaml: selfplay.rules: unknown rules preset 'klingon'"):
+        section(raw, "selfplay", SelfPlayParams, source="p.yaml")
     # The command line: exit status 2 and the message, no traceback.
     path = write_params(tmp_path, games=0)
     result = subprocess.run(

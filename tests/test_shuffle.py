@@ -38,7 +38,7 @@ def generations(selfplay_generations):
 def _params(**kw):
     values = dict(window_c=40, window_alpha=0.75, window_beta=0.4, rows_per_file=25, seed=0)
     values.update(kw)
-    return shuffle.ShuffleParams(**values)
+    return shuffle.Params(shuffle=shuffle.ShuffleParams(**values))
 
 
 def _rows(folder):

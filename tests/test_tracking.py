@@ -11,8 +11,9 @@ import sys
 import pytest
 import yaml
 
-from stages import tracking
+from stages import shuffle, tracking, train
 from stages.cli import InputError
+from stages.spec import sections
 from tests.conftest import REPO
 
 
@@ -63,12 +64,15 @@ def test_metrics_flatten_to_numbers():
 def test_a_stage_run_nests_under_the_workspace_parent_and_records_failure(workspace):
     from mlflow import MlflowClient
 
-    with tracking.stage_run("params.yaml", "shuffle", 3) as run:
+    with tracking.stage_run("params.yaml", "shuffle", 3, sections=sections(shuffle.Params)) as run:
         run.log_metrics({"window_rows": 120, "files": 2})
         first = run.run_id
     # The fluent API's URI is put back: nothing leaks to later child processes.
     assert "MLFLOW_TRACKING_URI" not in os.environ
-    with pytest.raises(InputError), tracking.stage_run("params.yaml", "train", 3) as run:
+    with (
+        pytest.raises(InputError),
+        tracking.stage_run("params.yaml", "train", 3, sections=sections(train.Params)) as run,
+    ):
         failed = run.run_id
         raise InputError("train: no window")
     client = MlflowClient(f"sqlite:///{workspace}/mlflow.db")
@@ -89,7 +93,7 @@ def test_tracking_off_logs_nothing(workspace):
     params = yaml.safe_load((workspace / "params.yaml").read_text())
     params["mlflow"]["enabled"] = False
     (workspace / "params.yaml").write_text(yaml.safe_dump(params))
-    with tracking.stage_run("params.yaml", "gate", 0) as run:
+    with tracking.stage_run("params.yaml", "gate", 0, sections=("gate", "device")) as run:
         assert run is None
     assert not (workspace / "mlflow.db").exists()
 

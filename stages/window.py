@@ -1,0 +1,106 @@
+"""Reading a window (stages.shuffle's output): its manifest and files, checked, and endless
+training batches from it; what the train and ema stages share."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from gocore.atomic import sha256_file
+from stages.cli import InputError
+from stages.layout import MANIFEST
+from stages.rows import ShardError, read_shard, shard_info, training_arrays
+
+
+def window_files(window: Path, stage: str) -> tuple[list[Path], dict]:
+    """The window's non-empty files and its manifest, checked against each other (every file
+    listed is there, with the rows and schema it should have); InputError naming `stage`."""
+    manifest_path = Path(window) / MANIFEST
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except FileNotFoundError:
+        raise InputError(
+            f"{stage}: {manifest_path} does not exist; run the shuffle stage first"
+        ) from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise InputError(
+            f"{stage}: {manifest_path} is not valid JSON ({e}); rerun the shuffle stage"
+        ) from None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), list):
+        raise InputError(f"{stage}: {manifest_path} is not a window manifest; rerun shuffle")
+    files = []
+    for entry in manifest["files"]:
+        path = Path(window) / str(entry.get("name"))
+        try:
+            rows = shard_info(path)
+        except ShardError as e:
+            raise InputError(f"{stage}: window {e}; rerun the shuffle stage") from None
+        if entry.get("sha256") and sha256_file(path) != entry["sha256"]:
+            raise InputError(
+                f"{stage}: window file {path} is not the file its manifest names (its SHA-256 "
+                "differs: changed or damaged); rerun the shuffle stage"
+            )
+        if rows != entry.get("rows"):
+            raise InputError(
+                f"{stage}: window file {path} holds {rows} rows, its manifest says "
+                f"{entry.get('rows')}; rerun the shuffle stage"
+            )
+        if rows:
+            files.append(path)
+    if not files:
+        raise InputError(f"{stage}: the window {window} has no rows; rerun the shuffle stage")
+    return files, manifest
+
+
+def check_window(manifest: dict, batch_size: int, stage: str, key: str) -> None:
+    rows = int(manifest.get("window_rows") or 0)
+    if rows < batch_size:
+        raise InputError(
+            f"{stage}: the window has {rows} rows, fewer than one batch ({key} = {batch_size}); "
+            "play more self-play games or lower the batch size"
+        )
+
+
+def batches(files: list[Path], batch_size: int, tensor: int, rng: np.random.Generator, stage: str):
+    """Endless training batches: the files in a random order, each one's rows permuted, each
+    row under a random symmetry; a file's last rows fill the next batch with the next file's.
+    One file in memory at a time (plus less than a batch of the one before). The window must
+    hold a batch (see `check_window`)."""
+    leftover = None
+    while True:
+        for i in rng.permutation(len(files)):
+            try:
+                table = read_shard(files[i])
+            except ShardError as e:
+                raise InputError(f"{stage}: window {e}; rerun the shuffle stage") from None
+            table = table.take(rng.permutation(table.num_rows))
+            if leftover is not None:
+                table = pa.concat_tables([leftover, table])
+            full = table.num_rows - table.num_rows % batch_size
+            for start in range(0, full, batch_size):
+                part = table.slice(start, batch_size)
+                try:
+                    arrays = training_arrays(part, tensor, rng.integers(0, 8, batch_size))
+                except ValueError as e:
+                    raise InputError(f"{stage}: {e} (params.yaml train.tensor)") from None
+                yield arrays
+            leftover = table.slice(full)
+
+
+def window_lineage(tracker, manifest: dict) -> dict[str, str]:
+    """The tags that tie a model to its window (its manifest): the window's digest, the
+    shuffle run that made it and the self-play runs it draws from (looked up by digest)."""
+    digest = manifest.get("digest", "")
+    tags = {"tengen.window_sha256": digest}
+    runs = tracker.runs(
+        f"tags.`tengen.stage` = 'shuffle' and tags.`tengen.window_sha256` = '{digest}'"
+        " and attributes.status = 'FINISHED'",
+        max_results=1,
+    )
+    if runs:
+        tags["tengen.shuffle_run"] = runs[0].info.run_id
+        tags["tengen.selfplay_runs"] = runs[0].data.tags.get("tengen.selfplay_runs", "")
+    return tags
