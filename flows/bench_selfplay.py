@@ -148,6 +148,7 @@ def bench_beside_a_busy_process(
         rows.append({"setting": label, "torch_threads": threads, "busy_processes": beside, **row})
 
     measure("torch default, idle", default, 0)
+    measure("selfplay.threads, idle", params.threads, 0)
     measure("torch default, busy", default, busy)
     measure("selfplay.threads, busy", params.threads, busy)
     return rows

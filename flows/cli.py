@@ -288,8 +288,11 @@ def evaluate(
         )  # fmt: skip
     except ValueError as e:
         raise typer.BadParameter(str(e)) from None
-    if device not in ("cpu", "cuda"):
-        raise typer.BadParameter(f"must be cpu or cuda (got {device!r})", param_hint="--device")
+    try:
+        stage_params = Params(evaluate=settings, device=device)
+    except ValueError as e:
+        problem = e.errors()[0]["msg"] if hasattr(e, "errors") else str(e)
+        raise typer.BadParameter(problem, param_hint="--device") from None
     out = Path(out)
     io = EvaluateIO(
         generation=0, champion=path, out=out / "games", report=out / "summary.json",
@@ -304,7 +307,7 @@ def evaluate(
         )
 
     try:
-        report = run(Params(evaluate=settings, device=device), io, progress=progress)
+        report = run(stage_params, io, progress=progress)
     except (InputError, CheckpointError) as e:
         console.print(f"[red]eval: error: {e}")
         raise typer.Exit(2) from None
@@ -720,7 +723,7 @@ def bench_threads(
         rate, net_rate = r["selfplay_visits_per_s"], r["net_only_evals_per_s"]
         print(f"{r['setting']:>24} {r['torch_threads']:>7} {r['busy_processes']:>4} "
               f"{rate:>9,.0f} {net_rate:>11,.0f}")  # fmt: skip
-    base, ours = rows[1]["selfplay_visits_per_s"], rows[2]["selfplay_visits_per_s"]
+    base, ours = rows[2]["selfplay_visits_per_s"], rows[3]["selfplay_visits_per_s"]
     print(
         f"beside {busy} busy process(es): selfplay.threads gives {ours / base:.1f}x the "
         "visits/s of torch's default threads"

@@ -30,7 +30,7 @@ HEADER = """\
 """
 
 
-def code_of(stage: DvcStage) -> list[str]:
+def code_of(stage: DvcStage) -> tuple[str, ...]:
     """The project source files a DVC stage's command runs."""
     return code_files((stage.module, *RUNS.get(stage.module, ())))
 
@@ -43,7 +43,7 @@ def generation(n: int, plan: Plan) -> list[DvcStage]:
 def stages_of(n: int, plan: Plan, code_deps: bool = True) -> dict[str, dict]:
     """Generation n's dvc.yaml entries (without the code among their deps if not code_deps:
     a run folder outside the source tree, with tengen installed)."""
-    return {s.name: s.entry(code_of(s) if code_deps else []) for s in generation(n, plan)}
+    return {s.name: s.entry(code_of(s) if code_deps else ()) for s in generation(n, plan)}
 
 
 # DVC's plots of a run: the columns of the last generation's history (one row per generation).

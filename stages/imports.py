@@ -86,7 +86,8 @@ def _entry_imports(entry: str, root: Path) -> set[str]:
     return out
 
 
-def code_files(entries: tuple[str, ...], root: Path = SOURCE) -> list[str]:
+@functools.cache
+def code_files(entries: tuple[str, ...], root: Path = SOURCE) -> tuple[str, ...]:
     """Every project source file the entries reach, relative to `root`, sorted."""
     done: set[str] = set()
     todo = list(entries)
@@ -99,4 +100,4 @@ def code_files(entries: tuple[str, ...], root: Path = SOURCE) -> list[str]:
         todo += [".".join(parts[:k]) for k in range(1, len(parts))]  # its packages run first
         todo += [m for m in _entry_imports(entry, root) if m not in done]
     files = {module_file(e.partition(":")[0], root) for e in done}
-    return sorted(str(f.relative_to(root)) for f in files if f is not None)
+    return tuple(sorted(str(f.relative_to(root)) for f in files if f is not None))

@@ -53,6 +53,7 @@ class SelfPlayIO:
 
 
 def dvc(n: int, plan: Plan) -> list[DvcStage]:
+    """Generation n's self-play, from the champion after generation n - 1."""
     champion = (str(layout.champion_dir(n - 1)),) if n > 0 else ()
     return [
         DvcStage(

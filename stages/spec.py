@@ -84,7 +84,8 @@ class DvcStage:
         """The JSON the stage reports its results in (the loop reads it)."""
         return self.result or (self.metrics[0] if self.metrics else None)
 
-    def entry(self, code: list[str]) -> dict:
+    def entry(self, code) -> dict:
+        """Its dvc.yaml entry, `code` (project files) first among its deps."""
         out: dict = {"cmd": f"python -m {self.module} {self.args}".rstrip()}
         out["deps"] = sorted(code) + [str(d) for d in self.deps]
         if self.params:

@@ -33,6 +33,7 @@ def test_bench_rules_table():
     assert "random games per second" in result.stdout and "5x5" in result.stdout
 
 
+@pytest.mark.slow
 def test_bench_features_json_shape():
     result = run_cli(
         "bench", "features", "--json", "--seconds", "0.05", "--sizes", "5,7", "--batch", "8"
@@ -61,6 +62,7 @@ def test_bench_features_rejects_bad_sizes():
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_bench_selfplay_json_shape():
     result = run_cli(
         "bench", "selfplay", "--json", "--seconds", "0.5", "--runs", "b2c16:5",
@@ -84,6 +86,26 @@ def test_bench_selfplay_rejects_bad_runs():
     assert result.returncode != 0 and "net:board pairs" in result.stderr
 
 
+@pytest.mark.slow
+def test_bench_threads_measures_beside_a_busy_process():
+    import psutil
+
+    before = {p.pid for p in psutil.process_iter()}
+    result = run_cli("bench", "threads", "--net", "b2c16", "--board", "5", "--seconds", "0.5")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    for setting in ("torch default, idle", "selfplay.threads, idle", "torch default, busy",
+                    "selfplay.threads, busy"):  # fmt: skip
+        [row] = [line for line in lines if line.strip().startswith(setting)]
+        assert float(row.split()[-2].replace(",", "")) > 0, row
+    assert "gives" in lines[-1] and "visits/s of torch's default threads" in lines[-1]
+    # The busy processes are gone.
+    burners = [p for p in psutil.process_iter(["cmdline"]) if p.pid not in before
+               and "while True: pass" in " ".join(p.info["cmdline"] or [])]  # fmt: skip
+    assert burners == []
+
+
+@pytest.mark.slow
 def test_bench_play_json_shape():
     result = run_cli("bench", "play", "--json", "--nets", "b2c16", "--visits", "8,16",
                      "--board", "7", "--moves", "2")  # fmt: skip

@@ -186,6 +186,7 @@ def test_feature_buffer_goes_to_torch_without_a_copy(gpu):
     assert planes[:, F.ON_BOARD].sum().item() == 4 * 81
 
 
+@pytest.mark.slow
 def test_kernels_compile_to_ptx():
     """Compile every CUDA entry point to PTX with NVVM, in a process without the simulator."""
     try:

@@ -99,6 +99,7 @@ def _score_from_sgfs(folder: Path) -> float:
     return score
 
 
+@pytest.mark.slow
 @pytest.mark.gnugo
 def test_two_evaluations_rated_in_one_fit(tmp_path, monkeypatch, gnugo_path):
     monkeypatch.chdir(tmp_path)
@@ -153,6 +154,7 @@ def test_a_missing_champion_or_unknown_anchor_is_refused(tmp_path, monkeypatch):
     assert not Path("reports/eval/gen-0").exists()
 
 
+@pytest.mark.slow
 def test_tengen_eval_outside_a_run(tmp_path):
     champion = _champion(tmp_path, 0, 0)
     out = tmp_path / "eval"

@@ -153,6 +153,7 @@ def test_a_candidate_smaller_than_the_champion_is_not_played(tmp_path, monkeypat
     assert str(grown.decision) == "reports/gate/gen-2-b4c32.json"
 
 
+@pytest.mark.slow
 def test_the_score_utility_changes_the_gates_games(tmp_path):
     """gate.search.score_utility reaches the search: with it the same seeds give other games
     (before, every gate knob but c_puct, exponent, FPU and virtual loss was ignored)."""

@@ -92,6 +92,7 @@ def test_9x9_random_games_match_gnugo(gnugo, block):
     assert captures > 1000  # the games exercise captures, not just filling the board
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("block", range(2))
 def test_19x19_random_games_match_gnugo(gnugo, block):
     for seed in range(1000 + block * 50, 1000 + (block + 1) * 50):

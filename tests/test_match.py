@@ -34,6 +34,7 @@ def check_games(out, summary):
             assert game.is_over
 
 
+@pytest.mark.slow
 @pytest.mark.gnugo
 def test_tengen_against_gnugo_through_the_cli(gnugo_path, tmp_path):
     out = tmp_path / "match"

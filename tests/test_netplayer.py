@@ -144,6 +144,7 @@ class Engine:
         self.proc.wait(timeout=30)
 
 
+@pytest.mark.slow
 def test_a_whole_conversation_with_the_net(tiny):
     """genmove for both colours, undo, a handicap game, a loaded SGF, and a clock near zero:
     every move legal (replayed by our own rules), every answer in time."""
@@ -224,6 +225,7 @@ def test_time_shares_against_hand_values(tiny):
     assert engine.handle("time_left b -3 0").startswith("? syntax error")
 
 
+@pytest.mark.slow
 def test_lz_and_kata_analyze_stream_until_the_next_command(tiny):
     engine = Engine(engine_command(tiny))
     try:
@@ -399,6 +401,7 @@ def test_an_obvious_move_stops_the_search_early(tiny):
     assert player.last.moves[0].visits - player.last.moves[1].visits > 400 - full
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("bad", ["/nonexistent/model.pt", "models:/no-such-model@champion"])
 def test_a_bad_model_is_refused_with_status_2(tmp_path, bad):
     result = subprocess.run(

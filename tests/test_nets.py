@@ -192,6 +192,7 @@ def test_a_score_weight_of_zero_removes_only_the_score_and_ownership_terms():
     assert loss_terms(out, target, mask, weights=WEIGHTS)["total"] == full["total"]
 
 
+@pytest.mark.slow
 def test_training_on_a_fixed_batch_lowers_the_loss():
     torch.manual_seed(0)
     model = GoNet(SIZES["b2c16"]).train()
@@ -364,6 +365,7 @@ def test_nets_describe_lists_every_size():
     assert rows["b20c256"]["parameters"] > rows["b15c192"]["parameters"] > 1_000_000
 
 
+@pytest.mark.slow
 def test_bench_nets_json_shape():
     result = run_cli(
         "bench",

@@ -201,3 +201,15 @@ def test_the_dependency_direction_and_no_stage_importing_another():
     assert listed == set(code_files(("stages.shuffle",)))
     # An edit to gocore/board.py reruns the shuffle (it reaches it through gocore/features.py).
     assert {"gocore/board.py", "gocore/features.py", "stages/rows.py"} <= listed
+
+
+def test_the_source_tree_can_run_its_own_pipeline():
+    """DVC refuses to run where dvc.lock is git-ignored ("'dvc.lock' is git-ignored"), which
+    broke `make run` once: the source tree's .gitignore must leave it visible."""
+    import shutil
+    import subprocess
+
+    if shutil.which("git") is None or not (REPO / ".git").exists():
+        pytest.skip("not a git checkout")
+    ignored = subprocess.run(["git", "check-ignore", "-q", "dvc.lock"], cwd=REPO)
+    assert ignored.returncode == 1, "dvc.lock is git-ignored: `make run` would fail"

@@ -141,6 +141,7 @@ def _files(modules: set[str]) -> set[str]:
     return {str(module_file(m).relative_to(REPO)) for m in modules if module_file(m)}
 
 
+@pytest.mark.slow
 def test_every_module_a_stage_imports_is_among_its_code_deps(tiny_run, tmp_path):
     """Python's own import log of each stage's real run (and of the GTP engine the evaluate
     stage starts) against the code deps dvc.yaml lists for it."""
@@ -223,6 +224,7 @@ def scratch_run(tiny_run, tmp_path_factory) -> Path:
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
+@pytest.mark.slow
 def test_a_bad_params_value_exits_2_naming_its_key(scratch_run, mutation):
     """Each stage's command line (its main, in this process: the same code, without the
     start-up time) on a params.yaml with one change: it runs (exit 0) or refuses with exit
@@ -248,6 +250,7 @@ def test_a_bad_params_value_exits_2_naming_its_key(scratch_run, mutation):
         assert changed in err.getvalue() or f"`{top}:`" in err.getvalue(), (changed, err.getvalue())
 
 
+@pytest.mark.slow
 def test_the_issue_s_bad_values_exit_2(scratch_run):
     """The values found as tracebacks before: exit 2, the key named."""
     folder = scratch_run
@@ -376,6 +379,7 @@ def _flip(path: Path) -> None:
     path.write_bytes(bytes(data))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", [_truncate, _flip], ids=["truncated", "bit-flipped"])
 def test_a_broken_shard_names_the_selfplay_stage(tiny_run, tmp_path, damage):
     shard = layout.selfplay_dir(0) / "part-0.parquet"
@@ -383,6 +387,7 @@ def test_a_broken_shard_names_the_selfplay_stage(tiny_run, tmp_path, damage):
     assert str(shard) in err and "rerun the selfplay stage for generation 0" in err
 
 
+@pytest.mark.slow
 def test_a_window_file_missing_or_broken_names_the_shuffle_stage(tiny_run, tmp_path):
     part = layout.window_dir(0) / "part-0.parquet"
     err = _broken(tiny_run, tmp_path, "train", part, lambda p: p.unlink())
@@ -391,6 +396,7 @@ def test_a_window_file_missing_or_broken_names_the_shuffle_stage(tiny_run, tmp_p
     assert str(part) in err and "rerun the shuffle stage" in err
 
 
+@pytest.mark.slow
 def test_a_checkpoint_cut_short_names_the_stage_that_wrote_it(tiny_run, tmp_path):
     err = _broken(tiny_run, tmp_path, "gate", layout.candidate(0), _truncate)
     assert str(layout.candidate(0)) in err and "rerun ema-0" in err
@@ -406,6 +412,7 @@ def test_a_checkpoint_cut_short_names_the_stage_that_wrote_it(tiny_run, tmp_path
     assert "state.pt cannot be read" in done.stderr and "rerun its train stage" in done.stderr
 
 
+@pytest.mark.slow
 def test_a_training_state_of_another_net_is_refused(tiny_run, tmp_path):
     """Generation 1 resuming from a state.pt whose weights do not fit: named, exit 2."""
     import torch

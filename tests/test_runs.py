@@ -139,6 +139,7 @@ def test_tengen_serve_serves_the_loop(tmp_path, prefect_api):
     assert load_params(repo / "params.yaml")["run"]["generations"] == 1
 
 
+@pytest.mark.slow
 def test_tengen_ui_serves_the_run_s_store(tmp_path):
     import json
     import socket

@@ -157,6 +157,7 @@ def test_stage_writes_shards_that_replay(tmp_path, tiny_model):
     assert not list(io.out.parent.glob(".*"))  # no temporary folder left
 
 
+@pytest.mark.slow
 def test_same_seed_same_shards(tmp_path):
     play(tmp_path, name="a")
     play(tmp_path, name="b")
@@ -168,6 +169,7 @@ def test_same_seed_same_shards(tmp_path):
         assert sgf.read_bytes() == (tmp_path / "b" / "gen-0" / "sgf" / sgf.name).read_bytes()
 
 
+@pytest.mark.slow
 def test_game_randomization():
     """Sizes, rules, komi and handicap drawn per game as params say (Appendix D)."""
     params = SelfPlayParams.model_validate(
@@ -194,6 +196,7 @@ def test_game_randomization():
     assert forks and all(i.kinds[i.fork_turn] == SP.FORK for i in forks)
 
 
+@pytest.mark.slow
 def test_side_positions_and_forks_replay(tmp_path):
     metrics, io = play(
         tmp_path,
@@ -217,6 +220,7 @@ def test_side_positions_and_forks_replay(tmp_path):
         assert all(k.startswith("full search") for k in kinds[at + 1 :])
 
 
+@pytest.mark.slow
 def test_decided_games_get_fewer_visits_and_lighter_rows(tmp_path):
     # A threshold of 1 counts every turn as lost: decided after 2 searched turns.
     _, io = play(tmp_path, decided_winrate=1.0, decided_turns=2, decided_weight=0.25,
@@ -259,6 +263,7 @@ def test_rows_keep_their_references_when_the_pool_grows():
     assert rows.take(1)["turn"].tolist() == [0] and rows.take(3)["turn"].tolist() == [5, 6, 7]
 
 
+@pytest.mark.slow
 def test_many_slots_keep_every_row_right(tmp_path):
     """Enough games at once that the row pool grows mid-game (its first 1024 rows)."""
     _, io = play(tmp_path, games=24, slots=24, full_visits=3, cheap_visits=2,
@@ -364,6 +369,7 @@ def test_killed_stage_leaves_nothing(tmp_path, monkeypatch):
     assert list((tmp_path / "out").iterdir()) == []
 
 
+@pytest.mark.slow
 def test_bad_params_are_named(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("selfplay:\n  games: [1\n")

@@ -89,6 +89,7 @@ def test_a_window_under_c_is_everything(generations, tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_missing_and_corrupt_inputs_name_the_stage(generations, tmp_path):
     with pytest.raises(shuffle.InputError, match="run the selfplay stage for generation 3"):
         shuffle.run(_params(), shuffle.ShuffleIO(3, generations, tmp_path / "w"))

@@ -113,6 +113,7 @@ def test_a_generation_trains_snapshots_and_the_next_resumes(window, tmp_path):
             assert torch.allclose(resumed[name], value, atol=1e-6), name
 
 
+@pytest.mark.slow
 def test_missing_inputs_name_the_stage(window, tmp_path):
     with pytest.raises(train.InputError, match="run the shuffle stage first"):
         train.run(_params(), train.TrainIO(0, tmp_path / "none", tmp_path / "o",
