@@ -141,7 +141,7 @@ def compute_spent(reports: Path, generation: int) -> dict:
     and seconds, from reports/selfplay/gen-K.json."""
     total = {"selfplay_evaluations": 0.0, "selfplay_visits": 0.0, "selfplay_seconds": 0.0}
     for k in range(generation + 1):
-        path = reports / layout.selfplay_report(k).relative_to(layout.REPORTS)
+        path = layout.in_reports(reports, layout.selfplay_report(k))
         try:
             m = json.loads(path.read_text())
         except FileNotFoundError:
@@ -156,7 +156,7 @@ def compute_spent(reports: Path, generation: int) -> dict:
 
 
 def _earlier_report(reports: Path, k: int) -> dict:
-    path = reports / layout.eval_report(k).relative_to(layout.REPORTS)
+    path = layout.in_reports(reports, layout.eval_report(k))
     try:
         return json.loads(path.read_text())
     except FileNotFoundError:

@@ -135,6 +135,12 @@ def made_by(path: str | Path) -> str | None:
     return None
 
 
+def in_reports(reports: Path, path: Path) -> Path:
+    """A report's path (one of the functions above) under another reports folder than
+    REPORTS (a test's, a copied run's)."""
+    return Path(reports) / Path(path).relative_to(REPORTS)
+
+
 def promoted_generations(run: Path) -> list[int]:
     """The generations of a run folder whose promote stage has finished, in order."""
     found = []

@@ -95,7 +95,7 @@ def _read_json(path: Path, stage: str) -> dict:
 def run(params: Params, io: PromoteIO) -> dict:
     """The champion after generation N: the biggest candidate (by parameters) that passed its
     gate and is not smaller than the champion, else the champion before."""
-    train_report = io.reports / layout.train_report(io.generation).relative_to(layout.REPORTS)
+    train_report = layout.in_reports(io.reports, layout.train_report(io.generation))
     primary = Contender("", io.candidate, io.decision, train_report)
     contenders = [primary, *io.grown]
     decisions = {}
@@ -191,10 +191,8 @@ def history(io: PromoteIO, decision: dict, promoted: bool, train_report: Path) -
     n = io.generation
     rows = []
     if n > 0:
-        rows = _read_json(io.reports / layout.history(n - 1).relative_to(layout.REPORTS), "promote")
-    selfplay = _read_json(
-        io.reports / layout.selfplay_report(n).relative_to(layout.REPORTS), "selfplay"
-    )
+        rows = _read_json(layout.in_reports(io.reports, layout.history(n - 1)), "promote")
+    selfplay = _read_json(layout.in_reports(io.reports, layout.selfplay_report(n)), "selfplay")
     train = _read_json(train_report, "train")
     gain = elo_gain(decision["candidate_wins"], decision["games"]) if decision["games"] else 0.0
     before = rows[-1]["champion_elo"] if rows else 0.0
