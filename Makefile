@@ -32,6 +32,7 @@ bench: setup
 	$(BIN)/tengen bench selfplay
 	$(BIN)/tengen bench threads
 	$(BIN)/tengen bench play
+	$(BIN)/tengen bench shuffle
 
 lint: setup
 	$(BIN)/ruff check .

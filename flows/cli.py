@@ -637,6 +637,36 @@ def ui(
     os.execv(mlflow, [mlflow, *args])
 
 
+@app.command("data")
+def data_report(
+    source: Annotated[
+        Path,
+        typer.Argument(
+            help="A folder of self-play shards (a generation's, a window, or a "
+            "run's data/selfplay), or a data report (reports/data/gen-N.json)."
+        ),
+    ],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """The data-quality report of self-play rows: game lengths and ends, Black's results per
+    komi and rules, policy-target entropy, value calibration, duplicates."""
+    from stages import data
+    from stages.cli import InputError
+
+    try:
+        if source.is_file():
+            report = data.load_report(source)
+        else:
+            report = data.report(data.shards_of(source))
+    except InputError as e:
+        print(f"tengen data: error: {e}", file=sys.stderr)
+        raise typer.Exit(2) from None
+    if as_json:
+        print(json.dumps(report, indent=1))
+    else:
+        print(data.format_report(report, f"self-play data: {source}"))
+
+
 @app.command("pipeline")
 def pipeline(
     params: Annotated[str, typer.Option(help="The params.yaml to read run.generations from.")] = (
@@ -728,6 +758,51 @@ def bench_threads(
         f"beside {busy} busy process(es): selfplay.threads gives {ours / base:.1f}x the "
         "visits/s of torch's default threads"
     )
+
+
+@bench_app.command("shuffle")
+def bench_shuffle(
+    rows: Annotated[int, typer.Option(help="Rows of the synthetic 9x9 history.")] = 5_000_000,
+    rows_per_file: Annotated[int, typer.Option(help="Rows per window file.")] = 20_000,
+    work: Annotated[
+        Path | None,
+        typer.Option(
+            help="Folder for the synthetic history and windows (kept, reused if "
+            "there); default a temporary folder, removed after."
+        ),
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print a JSON list instead of a table.")
+    ] = False,
+) -> None:
+    """The window shuffle: the stage's polars engine beside the pyarrow baseline, on the same
+    synthetic history (a window of all of it): rows/min and peak resident memory of each."""
+    import shutil
+    import tempfile
+
+    from flows.bench_shuffle import HEADER, format_row
+    from flows.bench_shuffle import bench_shuffle as run
+
+    if rows < 1 or rows_per_file < 1:
+        raise typer.BadParameter("--rows and --rows-per-file must be at least 1")
+    folder = Path(tempfile.mkdtemp(prefix="tengen-bench-shuffle-")) if work is None else work
+    try:
+        results, made = run(rows, folder, rows_per_file=rows_per_file)
+    finally:
+        if work is None:
+            shutil.rmtree(folder, ignore_errors=True)
+    if as_json:
+        print(json.dumps(results))
+        return
+    print(f"synthetic history: {rows:,} rows of 9x9 in 10 generations (made in {made:.0f} s)")
+    print(HEADER)
+    for r in results:
+        print(format_row(r))
+    base, ours = results
+    same = "the same files" if base["digest"] == ours["digest"] else "DIFFERENT files (a bug)"
+    print(f"polars: {ours['rows_per_minute'] / base['rows_per_minute']:.2f}x the baseline's "
+          f"rows/min, {ours['peak_rss_bytes'] / base['peak_rss_bytes']:.2f}x its peak memory; "
+          f"{same}")  # fmt: skip
 
 
 @bench_app.command("play")

@@ -26,6 +26,7 @@ from prefect.context import get_run_context
 from flows.pipeline import generation, write_dvc_yaml
 from flows.runs import completed_generations, set_generations
 from gocore.atomic import write_text
+from stages import data
 from stages.params import load_params, run_section
 from stages.spec import plan_of
 from stages.tracking import ENV_PARENT, open_tracker
@@ -188,6 +189,9 @@ def loop(repo: str = ".", generations: int | None = None, more: int | None = Non
             stages = generation(n, plan)
             for stage in stages:
                 results.append(run_stage(stage.name, str(repo), parent, stage.report))
+                if stage.name == f"shuffle-{n}":  # the data report's figures out of range
+                    for line in results[-1]["metrics"].get("warnings", []):
+                        logger.warning("generation %d's self-play data: %s", n, line)
             summary = generation_summary(results[-len(stages) :])
             if tracker is not None:
                 for key, value in summary.items():
@@ -271,6 +275,7 @@ def generation_summary(results: list[dict]) -> dict[str, float]:
     losses, and the gate of the candidate that decided the promotion (promotion.json)."""
     by = {r["stage"].rsplit("-", 1)[0]: r["metrics"] for r in results}
     out = {
+        **data.history_row(by.get("shuffle") or {}),
         "selfplay_games": by.get("selfplay", {}).get("games"),
         "window_rows": by.get("train", {}).get("window_rows"),
         **{f"loss_{k}": v for k, v in (by.get("train", {}).get("loss") or {}).items()},

@@ -52,6 +52,17 @@ PLOTS = {
     "gate win rate of the candidate": ["gate_win_rate"],
     "window and self-play rows": ["window_rows", "selfplay_rows"],
     "training losses": ["loss_total", "loss_policy", "loss_outcome", "loss_ownership"],
+    # stages.data's figures of each generation's self-play rows
+    "self-play game length (moves)": ["data_game_length"],
+    "self-play data: Black's win rate, early-pass games, value calibration error": [
+        "data_black_win_rate",
+        "data_early_pass_games",
+        "data_value_calibration_error",
+    ],
+    "self-play policy targets: entropy (nats) and largest entry": [
+        "data_policy_entropy",
+        "data_policy_top",
+    ],
 }
 
 

@@ -49,6 +49,11 @@ def selfplay_report(n: int) -> Path:
     return REPORTS / "selfplay" / f"{_gen(n)}.json"
 
 
+def data_report(n: int) -> Path:
+    """Generation n's data report (stages.data), written by the shuffle stage."""
+    return REPORTS / "data" / f"{_gen(n)}.json"
+
+
 def window_dir(n: int) -> Path:
     return WINDOWS / _gen(n)
 

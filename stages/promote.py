@@ -23,7 +23,7 @@ from pathlib import Path
 
 from gocore.atomic import output_dir, write_json
 from nets.checkpoint import load
-from stages import cli, layout
+from stages import cli, data, layout
 from stages.champions import champion_in
 from stages.cli import InputError
 from stages.lines import size_of
@@ -76,7 +76,10 @@ def dvc(n: int, plan: Plan) -> list[DvcStage]:
         DvcStage(
             f"promote-{n}", "stages.promote",
             f"--generation {n}" + (f" --grown {grown}" if grown else ""), sections(Params),
-            deps=tuple(str(p) for p in [*judged, layout.selfplay_report(n), *before]),
+            deps=tuple(
+                str(p)
+                for p in [*judged, layout.selfplay_report(n), layout.data_report(n), *before]
+            ),
             outs=(str(layout.champion_dir(n)), {str(layout.history(n)): {"cache": False}}),
             result=str(layout.promotion(n)),
         )
@@ -194,6 +197,8 @@ def history(io: PromoteIO, decision: dict, promoted: bool, train_report: Path) -
         rows = _read_json(layout.in_reports(io.reports, layout.history(n - 1)), "promote")
     selfplay = _read_json(layout.in_reports(io.reports, layout.selfplay_report(n)), "selfplay")
     train = _read_json(train_report, "train")
+    figures = layout.in_reports(io.reports, layout.data_report(n))  # none from older runs
+    quality = data.history_row(_read_json(figures, "shuffle")) if figures.exists() else {}
     gain = elo_gain(decision["candidate_wins"], decision["games"]) if decision["games"] else 0.0
     before = rows[-1]["champion_elo"] if rows else 0.0
     loss = train.get("loss", {})
@@ -203,6 +208,7 @@ def history(io: PromoteIO, decision: dict, promoted: bool, train_report: Path) -
         "selfplay_rows": selfplay.get("rows"),
         "window_rows": train.get("window_rows"),
         "samples_total": train.get("samples_total"),
+        **quality,
         **{f"loss_{k}": v for k, v in loss.items()},
         "gate_games": decision["games"],
         "gate_win_rate": decision["win_rate"],

@@ -2,11 +2,11 @@
 the self-play writer and every reader (shuffle, train) use it.
 
 Coordinates are the board's own: point (x, y) of an n x n board is index y * n + x (y = 0
-the top row), a pass is index n * n. Values are from the side of the player to move.
+the top row), a pass is index n * n. Values are from the side of the player to move. Every
+page carries a CRC that readers verify, so a flipped bit is an error, not a wrong row.
 
 | column          | type            | meaning                                                     |
 |-----------------|-----------------|-------------------------------------------------------------|
-Every page carries a CRC that readers verify, so a flipped bit is an error, not a wrong row.
 
 | game_id         | string          | unique per game: g<generation>-s<seed>-<index>              |
 | generation      | int32           | the self-play generation that played it                     |
@@ -30,20 +30,32 @@ Every page carries a CRC that readers verify, so a flipped bit is an error, not 
 | visits          | int32           | the root's visits                                           |
 | root_value      | float32         | the search's win value at the root, -1..1                   |
 | root_score      | float32         | the search's expected lead at the root                      |
+| game_length     | int16           | moves in the whole game (passes included)                   |
+| game_end        | string          | how it ended: "passes" (two in a row), "move_limit", or     |
+|                 |                 | "side" (a side position, stopped after its search)          |
+| first_pass      | int16           | the turn of the game's first pass, -1 if none               |
+| handicap        | int8            | the game's handicap stones (0 for an even game)             |
+
+The last four are the game's, repeated on each of its rows, so that any folder of rows (a
+generation's, a shuffled window's) says how its games went (stages.data).
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from gocore.atomic import atomic_path
+from gocore.atomic import atomic_path, sha256_file
 from gocore.features import N_GLOBALS, packed_length
+from stages.layout import MANIFEST
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"  # 2: the game columns (game_length, game_end, first_pass, handicap)
+
+GAME_ENDS = ("passes", "move_limit", "side")
 
 SCHEMA = pa.schema(
     [
@@ -68,6 +80,10 @@ SCHEMA = pa.schema(
         pa.field("visits", pa.int32(), nullable=False),
         pa.field("root_value", pa.float32(), nullable=False),
         pa.field("root_score", pa.float32(), nullable=False),
+        pa.field("game_length", pa.int16(), nullable=False),
+        pa.field("game_end", pa.string(), nullable=False),
+        pa.field("first_pass", pa.int16(), nullable=False),
+        pa.field("handicap", pa.int8(), nullable=False),
     ],
     metadata={"tengen.rows": SCHEMA_VERSION},
 )
@@ -84,21 +100,24 @@ def _lists(values: np.ndarray, widths: np.ndarray, arrow_type) -> pa.Array:
     return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values[keep], arrow_type))
 
 
-def table_from_columns(cols: dict[str, np.ndarray], *, game_ids, generation, model_id, rules, komi):
+def table_from_columns(
+    cols: dict[str, np.ndarray], games: dict[str, np.ndarray], *, generation: int, model_id: str
+):
     """A table in SCHEMA from the column arrays of gocore.selfplay (padded to the largest
-    board) plus each row's game id, rules name and komi."""
+    board) and `games`: each row's game columns (game_id, rules, komi, game_length, game_end,
+    first_pass, handicap)."""
     sizes = cols["board_size"].astype(np.int64)
     planes = cols["planes"]
     packed = [planes[i, : packed_length(int(n))].tobytes() for i, n in enumerate(sizes)]
     return pa.table(
         {
-            "game_id": pa.array(game_ids, pa.string()),
+            "game_id": pa.array(games["game_id"], pa.string()),
             "generation": pa.array(np.full(len(sizes), generation, np.int32)),
             "model_id": pa.array([model_id] * len(sizes), pa.string()),
             "turn": pa.array(cols["turn"].astype(np.int16)),
             "board_size": pa.array(sizes.astype(np.int8)),
-            "rules": pa.array(rules, pa.string()),
-            "komi": pa.array(np.asarray(komi, np.float32)),
+            "rules": pa.array(games["rules"], pa.string()),
+            "komi": pa.array(np.asarray(games["komi"], np.float32)),
             "to_move": pa.array(cols["to_move"].astype(np.int8)),
             "planes": pa.array(packed, pa.binary()),
             "globals": pa.FixedSizeListArray.from_arrays(
@@ -115,6 +134,10 @@ def table_from_columns(cols: dict[str, np.ndarray], *, game_ids, generation, mod
             "visits": pa.array(cols["visits"].astype(np.int32)),
             "root_value": pa.array(cols["root_value"].astype(np.float32)),
             "root_score": pa.array(cols["root_score"].astype(np.float32)),
+            "game_length": pa.array(np.asarray(games["game_length"], np.int16)),
+            "game_end": pa.array(games["game_end"], pa.string()),
+            "first_pass": pa.array(np.asarray(games["first_pass"], np.int16)),
+            "handicap": pa.array(np.asarray(games["handicap"], np.int8)),
         },
         schema=SCHEMA,
     )
@@ -130,8 +153,11 @@ def write_shard(table: pa.Table, path: str | Path) -> Path:
     return path
 
 
-def read_shard(path: str | Path, columns: list[str] | None = None) -> pa.Table:
-    """Read one shard, checking it is whole and has this schema; ShardError naming the file."""
+def read_shard(
+    path: str | Path, columns: list[str] | None = None, schema: pa.Schema = SCHEMA
+) -> pa.Table:
+    """Read one shard, checking it is whole and has this schema (or `schema`, for a stage's
+    scratch files); ShardError naming the file."""
     path = Path(path)
     try:
         table = pq.read_table(path, columns=columns, page_checksum_verification=True)
@@ -139,7 +165,7 @@ def read_shard(path: str | Path, columns: list[str] | None = None) -> pa.Table:
         raise ShardError(f"shard {path} does not exist") from None
     except (pa.ArrowException, OSError, ValueError) as e:
         raise ShardError(f"shard {path} is corrupt or truncated ({e})") from None
-    expected = SCHEMA if columns is None else pa.schema([SCHEMA.field(c) for c in columns])
+    expected = schema if columns is None else pa.schema([schema.field(c) for c in columns])
     if not table.schema.equals(expected, check_metadata=False):
         raise ShardError(
             f"shard {path} does not have the rows schema (version {SCHEMA_VERSION}): "
@@ -173,17 +199,19 @@ def shard_info(path: str | Path) -> int:
 
 
 class ShardWriter:
-    """Rows appended to one shard in pieces (row groups), in this schema; the file is whole
-    once closed (a stage writes it inside its temporary output folder)."""
+    """Rows appended to one shard in pieces (row groups), in this schema (or `schema`, for a
+    stage's scratch files); the file is whole once closed (a stage writes it inside its
+    temporary output folder)."""
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, schema: pa.Schema = SCHEMA):
         self.path = Path(path)
+        self.schema = schema
         self._writer = pq.ParquetWriter(
-            self.path, SCHEMA, compression="zstd", write_page_checksum=True
+            self.path, schema, compression="zstd", write_page_checksum=True
         )
 
     def write(self, table: pa.Table) -> None:
-        if not table.schema.equals(SCHEMA, check_metadata=False):
+        if not table.schema.equals(self.schema, check_metadata=False):
             raise ValueError(f"{self.path}: table does not have the rows schema")
         self._writer.write_table(table)
 
@@ -194,6 +222,48 @@ class ShardWriter:
 def list_shards(folder: str | Path) -> list[Path]:
     """The shards of a folder, in order (part-0.parquet, part-1.parquet, ...)."""
     return sorted(Path(folder).glob("part-*.parquet"), key=lambda p: int(p.stem.split("-", 1)[1]))
+
+
+# A folder of shards (a generation's self-play, a window) has a manifest.json whose "files"
+# list each shard's name, rows and SHA-256: readers check them before reading, so that a
+# reader that does not verify Parquet's page checksums (polars) still never takes a changed
+# or damaged shard.
+
+
+def manifest_entries(shards: list[Path]) -> list[dict]:
+    """The manifest's "files" of these (whole, just written) shards."""
+    return [{"name": p.name, "rows": shard_info(p), "sha256": sha256_file(p)} for p in shards]
+
+
+def manifest_shards(folder: str | Path) -> tuple[list[tuple[Path, int]], dict]:
+    """The (shard, rows) its manifest lists, each checked: there, whole, in this schema, with
+    the rows and SHA-256 listed; and the manifest. ShardError naming what is wrong."""
+    path = Path(folder) / MANIFEST
+    try:
+        manifest = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ShardError(f"manifest {path} does not exist") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ShardError(f"manifest {path} is not valid JSON ({e})") from None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), list):
+        raise ShardError(f'manifest {path} does not list its shards (no "files")')
+    out = []
+    for entry in manifest["files"]:
+        if not isinstance(entry, dict):
+            raise ShardError(f"manifest {path} has a bad entry: {entry!r}")
+        shard = Path(folder) / str(entry.get("name"))
+        rows = shard_info(shard)
+        if rows != entry.get("rows"):
+            raise ShardError(
+                f"shard {shard} holds {rows} rows, its manifest says {entry.get('rows')}"
+            )
+        if sha256_file(shard) != entry.get("sha256"):
+            raise ShardError(
+                f"shard {shard} is not the file its manifest names (its SHA-256 differs: changed "
+                "or damaged)"
+            )
+        out.append((shard, rows))
+    return out, manifest
 
 
 # ---------------------------------------------------------------------------------------------

@@ -33,7 +33,7 @@ from play.sgf import GameRecord, save_sgf
 from stages import cli, layout, tracking
 from stages.champions import previous_champion
 from stages.params import Device, ParamsError, Section, SelfPlayParams, read
-from stages.rows import SCHEMA, table_from_columns, write_shard
+from stages.rows import SCHEMA, list_shards, manifest_entries, table_from_columns, write_shard
 from stages.spec import DvcStage, Plan, sections
 
 
@@ -205,6 +205,8 @@ def run(params: Params, io: SelfPlayIO, *, progress: bool = True) -> dict:
                 shard, pending, pending_rows = shard + 1, [], 0
         if pending or shard == 0:
             _write(pending, tmp / f"part-{shard}.parquet", io.generation, model_id)
+        shards = manifest_entries(list_shards(tmp))
+        write_json({"generation": io.generation, "files": shards}, tmp / layout.MANIFEST)
         bar.last = 0.0
         bar(sp)  # the bar's last line: every game done
         seconds = time.perf_counter() - start
@@ -268,19 +270,36 @@ class _Stats:
         }
 
 
+def game_columns(info) -> dict:
+    """A finished game's own columns of its rows (stages.rows): how long it was, how it ended
+    (two passes in a row, the move limit, or a side position's stop), its first pass."""
+    moves = np.asarray(info.moves)
+    passes = np.flatnonzero(moves == PASS)
+    if info.side_of >= 0:
+        end = "side"
+    elif len(moves) >= 2 and moves[-1] == PASS and moves[-2] == PASS:
+        end = "passes"
+    else:
+        end = "move_limit"
+    return {
+        "rules": info.rules,
+        "komi": info.komi,
+        "game_length": len(moves),
+        "game_end": end,
+        "first_pass": int(passes[0]) if len(passes) else -1,
+        "handicap": info.handicap,
+    }
+
+
 def _write(pending, path: Path, generation: int, model_id: str) -> None:
     if not pending:  # a generation whose games left no row still has its (empty) shard
         write_shard(SCHEMA.empty_table(), path)
         return
     cols = {name: np.concatenate([g.rows[name] for g, _ in pending]) for name in pending[0][0].rows}
     lengths = [len(g.rows["turn"]) for g, _ in pending]
-    game_ids = np.repeat([gid for _, gid in pending], lengths)
-    rules = np.repeat([g.info.rules for g, _ in pending], lengths)
-    komi = np.repeat([g.info.komi for g, _ in pending], lengths)
-    table = table_from_columns(
-        cols, game_ids=game_ids, generation=generation, model_id=model_id, rules=rules, komi=komi
-    )
-    write_shard(table, path)
+    per_game = [dict(game_columns(g.info), game_id=gid) for g, gid in pending]
+    games = {k: np.repeat([c[k] for c in per_game], lengths) for k in per_game[0]}
+    write_shard(table_from_columns(cols, games, generation=generation, model_id=model_id), path)
 
 
 def main(argv: list[str] | None = None) -> int:

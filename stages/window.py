@@ -3,53 +3,29 @@ training batches from it; what the train and ema stages share."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 
-from gocore.atomic import sha256_file
 from stages.cli import InputError
 from stages.layout import MANIFEST
-from stages.rows import ShardError, read_shard, shard_info, training_arrays
+from stages.rows import ShardError, manifest_shards, read_shard, training_arrays
 
 
 def window_files(window: Path, stage: str) -> tuple[list[Path], dict]:
     """The window's non-empty files and its manifest, checked against each other (every file
-    listed is there, with the rows and schema it should have); InputError naming `stage`."""
-    manifest_path = Path(window) / MANIFEST
+    listed is there, whole, with the rows and SHA-256 it should have); InputError naming
+    `stage`."""
+    if not (Path(window) / MANIFEST).exists():
+        raise InputError(
+            f"{stage}: {Path(window) / MANIFEST} does not exist; run the shuffle stage first"
+        )
     try:
-        manifest = json.loads(manifest_path.read_text())
-    except FileNotFoundError:
-        raise InputError(
-            f"{stage}: {manifest_path} does not exist; run the shuffle stage first"
-        ) from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise InputError(
-            f"{stage}: {manifest_path} is not valid JSON ({e}); rerun the shuffle stage"
-        ) from None
-    if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), list):
-        raise InputError(f"{stage}: {manifest_path} is not a window manifest; rerun shuffle")
-    files = []
-    for entry in manifest["files"]:
-        path = Path(window) / str(entry.get("name"))
-        try:
-            rows = shard_info(path)
-        except ShardError as e:
-            raise InputError(f"{stage}: window {e}; rerun the shuffle stage") from None
-        if entry.get("sha256") and sha256_file(path) != entry["sha256"]:
-            raise InputError(
-                f"{stage}: window file {path} is not the file its manifest names (its SHA-256 "
-                "differs: changed or damaged); rerun the shuffle stage"
-            )
-        if rows != entry.get("rows"):
-            raise InputError(
-                f"{stage}: window file {path} holds {rows} rows, its manifest says "
-                f"{entry.get('rows')}; rerun the shuffle stage"
-            )
-        if rows:
-            files.append(path)
+        shards, manifest = manifest_shards(window)
+    except ShardError as e:
+        raise InputError(f"{stage}: window {e}; rerun the shuffle stage") from None
+    files = [path for path, rows in shards if rows]
     if not files:
         raise InputError(f"{stage}: the window {window} has no rows; rerun the shuffle stage")
     return files, manifest

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
@@ -95,9 +97,7 @@ def test_missing_and_corrupt_inputs_name_the_stage(generations, tmp_path):
         shuffle.run(_params(), shuffle.ShuffleIO(3, generations, tmp_path / "w"))
     broken = tmp_path / "selfplay"
     for g in range(2):
-        (broken / f"gen-{g}").mkdir(parents=True)
-        for shard in R.list_shards(generations / f"gen-{g}"):
-            (broken / f"gen-{g}" / shard.name).write_bytes(shard.read_bytes())
+        shutil.copytree(generations / f"gen-{g}", broken / f"gen-{g}")
     shard = R.list_shards(broken / "gen-1")[0]
     shard.write_bytes(shard.read_bytes()[:100])
     with pytest.raises(shuffle.InputError, match=f"{shard} is corrupt or truncated"):
@@ -109,3 +109,64 @@ def test_missing_and_corrupt_inputs_name_the_stage(generations, tmp_path):
         capture_output=True, text=True, timeout=300, cwd=tmp_path,
     )  # fmt: skip
     assert result.returncode == 2 and "rerun the selfplay stage for generation 1" in result.stderr
+
+
+def test_polars_and_pyarrow_passes_write_the_same_window(generations, tmp_path):
+    """The stage's polars passes and the pyarrow baseline's (flows.bench_shuffle) deal the
+    same rows to the same buckets in the same order: the same manifest, the same files."""
+    from flows.bench_shuffle import pyarrow_deal, pyarrow_gather
+
+    ours = shuffle.run(_params(), shuffle.ShuffleIO(2, generations, tmp_path / "polars"))
+    base = shuffle.run(
+        _params(), shuffle.ShuffleIO(2, generations, tmp_path / "pyarrow"),
+        deal=pyarrow_deal, gather=pyarrow_gather,
+    )  # fmt: skip
+    assert ours == base and ours["window_rows"] < ours["total_rows"]  # part of gen-0 taken
+    manifests = [json.loads((tmp_path / e / "manifest.json").read_text()) for e in
+                 ("polars", "pyarrow")]  # fmt: skip
+    assert manifests[0] == manifests[1]
+    for f in manifests[0]["files"]:
+        assert (tmp_path / "polars" / f["name"]).read_bytes() == (
+            tmp_path / "pyarrow" / f["name"]
+        ).read_bytes()
+    # The oldest generation's part is the same rows as the key order says, not its first rows.
+    taken = [s for s in manifests[0]["sources"] if s["taken"] < s["rows"]]
+    assert len(taken) == 1
+    assert not list((tmp_path / "polars").glob(".bucket-*"))
+
+
+def test_the_window_report_of_the_generation(generations, tmp_path, monkeypatch):
+    """The stage's data report is of generation N's own rows (stages.data), every one; paths
+    relative to the working folder, as dvc.yaml gives them."""
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(generations, "selfplay")
+    report = Path("data/gen-1.json")
+    shuffle.run(_params(), shuffle.ShuffleIO(1, Path("selfplay"), Path("w"), report))
+    manifest = json.loads(Path("w/manifest.json").read_text())
+    assert sum(f["rows"] for f in manifest["files"]) == manifest["window_rows"] > 40
+    figures = json.loads(report.read_text())
+    assert figures["rows"] == len(_rows(generations / "gen-1"))
+    assert figures["games"] == 4 and isinstance(figures["warnings"], list)
+
+
+@pytest.mark.slow
+def test_memory_stays_bounded_on_a_window_larger_than_the_cap(tmp_path):
+    """600,000 9x9 rows (about 440 MB in memory) shuffled in 30 files: the shuffle's process
+    peaks under its imports' resident memory plus a 200 MB cap."""
+    from flows.bench_shuffle import _in_a_process, synthetic_history
+
+    rows = 600_000
+    selfplay = synthetic_history(tmp_path / "selfplay", rows, rows_per_shard=20_000)
+    in_memory = sum(R.read_shard(s).nbytes for s in R.list_shards(selfplay / "gen-0")) * 10
+    cap = 200 * 2**20
+    assert in_memory > 2 * cap
+    imports = subprocess.run(
+        [sys.executable, "-c", "import resource, stages.shuffle, flows.bench_shuffle; "
+         "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)"],
+        capture_output=True, text=True, check=True, cwd=REPO,
+    )  # fmt: skip
+    params = dict(window_c=10 * rows, window_alpha=0.75, window_beta=0.4, rows_per_file=20_000,
+                  seed=0)  # fmt: skip
+    m = _in_a_process("polars", selfplay, tmp_path / "window", 9, params)
+    assert m["window_rows"] == rows and m["files"] == 30
+    assert m["peak_rss_bytes"] < int(imports.stdout) + cap, (m, imports.stdout)
