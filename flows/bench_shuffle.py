@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -134,10 +135,7 @@ def _in_a_process(engine: str, selfplay: Path, out: Path, generation: int, param
         {"engine": engine, "selfplay": str(selfplay), "out": str(out),
          "generation": generation, "params": params}
     )  # fmt: skip
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code, arg], stdout=subprocess.PIPE, text=True,
-        env=dict(os.environ, POLARS_MAX_THREADS=os.environ.get("POLARS_MAX_THREADS", "2")),
-    )  # fmt: skip
+    proc = subprocess.Popen([sys.executable, "-c", code, arg], stdout=subprocess.PIPE, text=True)
     stdout = proc.stdout.read()
     _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
@@ -203,8 +201,12 @@ def bench_shuffle(rows: int, work: Path, *, rows_per_file: int = 20_000, keep: b
     """Both engines on one synthetic history of `rows` rows (a window of all of them)."""
     selfplay = work / "selfplay"
     start = time.perf_counter()
-    if not (selfplay / "gen-9" / layout.MANIFEST).exists():
+    marker = work / "synthetic-rows.txt"  # what a kept work folder holds
+    if not marker.exists() or marker.read_text() != str(rows):
+        if selfplay.exists():
+            shutil.rmtree(selfplay)
         synthetic_history(selfplay, rows)
+        marker.write_text(str(rows))
     made = time.perf_counter() - start
     params = dict(window_c=10 * rows, window_alpha=0.75, window_beta=0.4,
                   rows_per_file=rows_per_file, seed=0)  # fmt: skip

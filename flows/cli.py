@@ -643,7 +643,8 @@ def data_report(
         Path,
         typer.Argument(
             help="A folder of self-play shards (a generation's, a window, or a "
-            "run's data/selfplay), or a data report (reports/data/gen-N.json)."
+            "run's data/selfplay), one shard (part-K.parquet), or a data report "
+            "(reports/data/gen-N.json)."
         ),
     ],
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
@@ -654,12 +655,12 @@ def data_report(
     from stages.cli import InputError
 
     try:
-        if source.is_file():
+        if source.is_file() and source.suffix != ".parquet":
             report = data.load_report(source)
         else:
             report = data.report(data.shards_of(source))
     except InputError as e:
-        print(f"tengen data: error: {e}", file=sys.stderr)
+        print(f"tengen {e}", file=sys.stderr)  # "tengen data: ..."
         raise typer.Exit(2) from None
     if as_json:
         print(json.dumps(report, indent=1))
@@ -767,8 +768,8 @@ def bench_shuffle(
     work: Annotated[
         Path | None,
         typer.Option(
-            help="Folder for the synthetic history and windows (kept, reused if "
-            "there); default a temporary folder, removed after."
+            help="Folder for the synthetic history (kept, and reused by a run with the "
+            "same --rows; the windows are removed); default a temporary folder."
         ),
     ] = None,
     as_json: Annotated[

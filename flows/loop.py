@@ -189,7 +189,7 @@ def loop(repo: str = ".", generations: int | None = None, more: int | None = Non
             stages = generation(n, plan)
             for stage in stages:
                 results.append(run_stage(stage.name, str(repo), parent, stage.report))
-                if stage.name == f"shuffle-{n}":  # the data report's figures out of range
+                if stage.name == f"shuffle-{n}" and results[-1]["ran"]:  # figures out of range
                     for line in results[-1]["metrics"].get("warnings", []):
                         logger.warning("generation %d's self-play data: %s", n, line)
             summary = generation_summary(results[-len(stages) :])

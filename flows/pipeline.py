@@ -54,9 +54,9 @@ PLOTS = {
     "training losses": ["loss_total", "loss_policy", "loss_outcome", "loss_ownership"],
     # stages.data's figures of each generation's self-play rows
     "self-play game length (moves)": ["data_game_length"],
-    "self-play data: Black's win rate, early-pass games, value calibration error": [
+    "self-play data: Black's win rate, games ended early, value calibration error": [
         "data_black_win_rate",
-        "data_early_pass_games",
+        "data_early_end_games",
         "data_value_calibration_error",
     ],
     "self-play policy targets: entropy (nats) and largest entry": [

@@ -13,14 +13,18 @@ sane range (`SANE`). The figures:
 - games (played out; side positions counted apart) and rows; rows per game by kind: full
   searches (with a policy target), cheap searches (value only), and rows per side position;
 - game length: mean, quantiles, and the mean per board area; how games ended: two passes in
-  a row, the move limit; games with a pass before move 2 x the board's width;
-- Black's win rate, draws and mean final score in even games, per komi and per rules;
+  a row, the move limit, and two passes before move 2 x the board's width (`early_end_games`:
+  both sides passing almost at once); games with any pass that early (`early_pass_games`);
+- Black's win rate (`black_win_rate`), draws and mean final score in even games (handicap
+  games left out, so it can differ from the self-play stage's figure over all games), and
+  per komi and per rules;
 - the policy targets: mean entropy (nats, and as a share of a uniform target's over every
   point and pass), mean largest entry, mean mass on pass;
 - value calibration: the search's root win value (binned) against the game's outcome, in
   played-out rows, and its expected calibration error (the bins' mean |predicted - observed|,
   weighted by rows);
-- duplicates: rows whose (game id, turn) appears more than once, and the games they are in.
+- duplicates: the extra copies of rows whose (game id, turn) appears more than once, and the
+  games they are in.
 
 Rows only exist for recorded searches, so a game with none (all cheap searches) is not seen.
 """
@@ -35,7 +39,7 @@ import polars as pl
 
 from stages.cli import InputError
 from stages.layout import MANIFEST
-from stages.rows import ShardError, list_shards, manifest_shards, shard_info
+from stages.rows import ShardError, list_shards, manifest_shards, read_shard
 
 VERSION = 1
 CALIBRATION_BINS = 10
@@ -46,8 +50,9 @@ SANE = (
     ("game_length.per_area", 1.0, None,
      "games shorter than the board's area on average (both sides pass early?)"),
     ("ends.move_limit", None, 0.05, "games stopped by the move limit (no one passes?)"),
-    ("early_pass_games", None, 0.10, "games with a pass before move 2 x the board's width"),
+    ("early_end_games", None, 0.10, "games ended by two passes before move 2 x the width"),
     ("black_win_rate", 0.20, 0.80, "Black's win rate in even games far from even (komi?)"),
+    ("draw_rate", None, 0.20, "many drawn games (integer komi; scoring?)"),
     ("policy.pass_mass", None, 0.20, "policy targets putting much mass on pass"),
     ("value_calibration.error", None, 0.15, "root values far from the games' outcomes"),
     ("duplicate_rows", None, 0, "rows present more than once (a shard copied twice?)"),
@@ -55,24 +60,38 @@ SANE = (
 
 
 def shards_of(path: Path, what: str = "data") -> list[Path]:
-    """The shards of a folder: its part-K.parquet, or those of its gen-N folders (a run's
-    data/selfplay); each checked whole, and against the folder's manifest where it has one
-    (a generation's self-play, a window); InputError naming what is wrong."""
+    """The shards of a path: a shard itself; a folder's part-K.parquet; or those of its gen-N
+    folders (a run's data/selfplay). A folder with a manifest (a generation's self-play, a
+    window) has its shards checked against it; any other shard is read whole once, checking
+    its pages' checksums. InputError naming what is wrong."""
     path = Path(path)
-    if not path.is_dir():
-        raise InputError(f"{what}: {path} is not a folder of self-play shards")
-    folders = [path]
-    if not list_shards(path):
-        folders = sorted(
-            (p for p in path.glob("gen-*") if p.name[4:].isdigit()), key=lambda p: int(p.name[4:])
-        )
+    if path.is_file() and path.suffix == ".parquet":
+        folders, single = [], [path]
+    elif path.is_dir():
+        folders, single = [path], []
+        if not list_shards(path):
+            folders = sorted(
+                (p for p in path.glob("gen-*") if p.name[4:].isdigit()),
+                key=lambda p: int(p.name[4:]),
+            )
+    else:
+        raise InputError(f"{what}: {path} is neither a folder of self-play shards nor a shard")
     shards = []
     try:
         for folder in folders:
-            if (folder / MANIFEST).exists():
-                shards += [shard for shard, _ in manifest_shards(folder)[0]]
-            else:
-                shards += [shard for shard in list_shards(folder) if shard_info(shard) >= 0]
+            if not (folder / MANIFEST).exists():
+                single += list_shards(folder)
+                continue
+            listed, manifest = manifest_shards(folder)
+            if folder != path and "window_rows" in manifest:
+                raise InputError(
+                    f"{what}: {folder} is a window, and the windows of {path} overlap (each "
+                    "holds rows of the ones before); pass one window's folder"
+                )
+            shards += [shard for shard, _ in listed]
+        for shard in single:
+            read_shard(shard)
+            shards.append(shard)
     except ShardError as e:
         raise InputError(f"{what}: {e}") from None
     if not shards:
@@ -133,9 +152,19 @@ def _by(frame: pl.DataFrame, key: str) -> list[dict]:
     ]
 
 
-def report(shards: list[Path]) -> dict:
-    """The figures of these shards (see the module's doc); a JSON-ready dict."""
-    rows = pl.scan_parquet([str(s) for s in shards])
+def report(shards: list[Path], what: str = "data") -> dict:
+    """The figures of these shards (see the module's doc); a JSON-ready dict. InputError if
+    polars cannot read them."""
+    if not shards:
+        raise InputError(f"{what}: no shards to report on (a manifest that lists none?)")
+    try:
+        return _report(shards)
+    except pl.exceptions.PolarsError as e:
+        raise InputError(f"{what}: the shards of {shards[0].parent} cannot be read ({e})") from None
+
+
+def _report(shards: list[Path]) -> dict:
+    rows = pl.scan_parquet([str(s) for s in shards], glob=False)
     games = _games(rows)
     played = games.filter(pl.col("game_end") != "side")
     sides = games.filter(pl.col("game_end") == "side")
@@ -168,11 +197,19 @@ def report(shards: list[Path]) -> dict:
             end: _round(_rate(played, pl.col("game_end") == end))
             for end in ("passes", "move_limit")
         },
+        "early_end_games": _round(
+            _rate(
+                played,
+                (pl.col("game_end") == "passes")
+                & (pl.col("game_length").cast(pl.Int32) < 2 * pl.col("board_size").cast(pl.Int32)),
+            )
+        ),
+        # first_pass is the pass's turn (0-based): move first_pass + 1
         "early_pass_games": _round(
             _rate(
                 played,
                 (pl.col("first_pass") >= 0)
-                & (pl.col("first_pass") < 2 * pl.col("board_size").cast(pl.Int32)),
+                & (pl.col("first_pass") + 1 < 2 * pl.col("board_size").cast(pl.Int32)),
             )
         ),
         "even_games": even.height,
@@ -265,9 +302,19 @@ def load_report(path: Path) -> dict:
         loaded = json.loads(Path(path).read_text())
     except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
         raise InputError(f"data: {path} cannot be read as JSON ({e})") from None
-    if not isinstance(loaded, dict) or loaded.get("version") != VERSION:
+    keys = set(_report_keys())
+    if not isinstance(loaded, dict) or loaded.get("version") != VERSION or keys - set(loaded):
         raise InputError(f"data: {path} is not a data report (version {VERSION})")
     return loaded
+
+
+def _report_keys() -> tuple[str, ...]:
+    return (
+        "version", "shards", "rows", "games", "side_positions", "board_sizes", "rows_per_game",
+        "game_length", "ends", "early_end_games", "early_pass_games", "even_games",
+        "black_win_rate", "draw_rate", "mean_black_score", "by_komi", "by_rules", "policy",
+        "value_calibration", "duplicate_rows", "duplicate_game_ids", "warnings",
+    )  # fmt: skip
 
 
 def figure(report: dict, name: str):
@@ -287,15 +334,16 @@ def warnings(report: dict) -> list[str]:
         value = figure(report, name)
         if value is None:
             continue
-        if name in ("black_win_rate",) and report.get("even_games", 0) < MIN_GAMES:
+        if name in ("black_win_rate", "draw_rate") and report.get("even_games", 0) < MIN_GAMES:
             continue
-        if name in ("ends.move_limit", "early_pass_games", "game_length.per_area") and (
+        if name in ("ends.move_limit", "early_end_games", "game_length.per_area") and (
             report.get("games", 0) < MIN_GAMES
         ):
             continue
-        if (low is not None and value < low) or (high is not None and value > high):
-            bounds = f"{'' if low is None else low}..{'' if high is None else high}"
-            out.append(f"{name} = {value:g} is outside {bounds}: {meaning}")
+        if low is not None and value < low:
+            out.append(f"{name} = {value:g} is below {low:g}: {meaning}")
+        elif high is not None and value > high:
+            out.append(f"{name} = {value:g} is above {high:g}: {meaning}")
     return out
 
 
@@ -304,7 +352,7 @@ def history_row(report: dict) -> dict:
     return {
         "data_game_length": figure(report, "game_length.mean"),
         "data_black_win_rate": report.get("black_win_rate"),
-        "data_early_pass_games": report.get("early_pass_games"),
+        "data_early_end_games": report.get("early_end_games"),
         "data_policy_entropy": figure(report, "policy.entropy"),
         "data_policy_top": figure(report, "policy.top"),
         "data_value_calibration_error": figure(report, "value_calibration.error"),
@@ -320,47 +368,73 @@ def _fmt(value) -> str:
     return f"{value:,}" if isinstance(value, int) else str(value)
 
 
+def _pct(value) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def _games_n(n: int) -> str:
+    return f"{n:,} game" + ("" if n == 1 else "s")
+
+
+MIN_GAMES_SHOWN = 5  # per komi or rules: fewer games than this are summed up in one line
+
+
 def format_report(report: dict, title: str = "") -> str:
     """The report as a plain-text table."""
     g, p, c = report["game_length"], report["policy"], report["value_calibration"]
-    per = report["rows_per_game"]
+    per, ends = report["rows_per_game"], report["ends"]
     lines = [title] if title else []
-    add = lines.append
-    add(f"{'shards':<38}{report['shards']:,}")
-    add(f"{'rows':<38}{report['rows']:,}")
-    add(f"{'games (side positions)':<38}{report['games']:,} ({report['side_positions']:,})")
-    add(f"{'board sizes':<38}{', '.join(map(str, report['board_sizes'])) or '-'}")
-    add(f"{'rows per game: full, cheap':<38}{_fmt(per['full'])}, {_fmt(per['cheap'])}")
-    add(f"{'rows per side position':<38}{_fmt(per['side_position'])}")
+
+    def add(label: str, text: str) -> None:
+        lines.append(f"{label:<42}{text}")
+
+    add("shards", f"{report['shards']:,}")
+    add("rows", f"{report['rows']:,}")
+    add("games (side positions)", f"{report['games']:,} ({report['side_positions']:,})")
+    add("board sizes", ", ".join(map(str, report["board_sizes"])) or "-")
+    add("rows per game: full, cheap searches", f"{_fmt(per['full'])}, {_fmt(per['cheap'])}")
+    add("rows per side position", _fmt(per["side_position"]))
     add(
-        f"{'game length: mean (p10 p50 p90)':<38}{_fmt(g['mean'])} "
-        f"({_fmt(g['p10'])} {_fmt(g['p50'])} {_fmt(g['p90'])}), per area {_fmt(g['per_area'])}"
+        "game length: mean (p10 p50 p90)",
+        f"{_fmt(g['mean'])} ({_fmt(g['p10'])} {_fmt(g['p50'])} {_fmt(g['p90'])}) moves, "
+        f"{_fmt(g['per_area'])} x the board's area",
     )
-    add(f"{'ended by two passes, move limit':<38}{_fmt(report['ends']['passes'])}, "
-        f"{_fmt(report['ends']['move_limit'])}")  # fmt: skip
-    add(f"{'games passing before move 2 x width':<38}{_fmt(report['early_pass_games'])}")
+    add("games ended by two passes", _pct(ends["passes"]))
+    add("games stopped by the move limit", _pct(ends["move_limit"]))
+    add("games ended before move 2 x width", _pct(report["early_end_games"]))
+    add("games with a pass before move 2 x width", _pct(report["early_pass_games"]))
     add(
-        f"{'even games: Black wins, draws':<38}{_fmt(report['black_win_rate'])}, "
-        f"{_fmt(report['draw_rate'])} of {report['even_games']:,}; mean Black score "
-        f"{_fmt(report['mean_black_score'])}"
+        "even games: Black wins, draws",
+        f"{_pct(report['black_win_rate'])}, {_pct(report['draw_rate'])} of "
+        f"{_games_n(report['even_games'])}; Black's mean score {_fmt(report['mean_black_score'])}",
     )
     for key, label in (("by_komi", "komi"), ("by_rules", "rules")):
-        for row in report[key]:
+        shown = [row for row in report[key] if row["games"] >= MIN_GAMES_SHOWN]
+        for row in shown:
             add(
-                f"{'  ' + label + ' ' + str(row[key[3:]]):<38}{row['games']:,} games, Black "
-                f"wins {_fmt(row['black_win_rate'])}, score {_fmt(row['mean_black_score'])}, "
-                f"length {_fmt(row['mean_length'])}"
+                f"  {label} {row[key[3:]]}",
+                f"{_games_n(row['games'])}, Black wins {_pct(row['black_win_rate'])}, "
+                f"mean score {_fmt(row['mean_black_score'])}, {_fmt(row['mean_length'])} moves",
+            )
+        rest = [row for row in report[key] if row["games"] < MIN_GAMES_SHOWN]
+        if rest:
+            games = sum(r["games"] for r in rest)
+            add(
+                f"  other {label} values",
+                f"{len(rest)}, {_games_n(games)} (under {MIN_GAMES_SHOWN} each; all in --json)",
             )
     add(
-        f"{'policy targets: entropy (share)':<38}{_fmt(p['entropy'])} nats "
-        f"({_fmt(p['entropy_of_uniform_share'])} of uniform's), top {_fmt(p['top'])}, "
-        f"pass {_fmt(p['pass_mass'])}"
+        "policy targets: entropy",
+        f"{_fmt(p['entropy'])} nats ({_pct(p['entropy_of_uniform_share'])} of a uniform "
+        f"target's), largest entry {_fmt(p['top'])}, on pass {_fmt(p['pass_mass'])}",
     )
-    add(f"{'value calibration error':<38}{_fmt(c['error'])} over {c['rows']:,} rows")
+    add("value calibration error", f"{_fmt(c['error'])} over {c['rows']:,} rows")
     for b in c["bins"]:
-        add(f"{'  predicted ' + b['bin']:<38}{b['rows']:>7,} rows, observed {_fmt(b['observed'])}")
-    add(f"{'duplicate rows (games)':<38}{report['duplicate_rows']:,} "
-        f"({report['duplicate_game_ids']:,})")  # fmt: skip
+        add(f"  predicted {b['bin']}", f"{b['rows']:>7,} rows, observed {_fmt(b['observed'])}")
+    add(
+        "duplicate rows (games)",
+        f"{report['duplicate_rows']:,} ({report['duplicate_game_ids']:,})",
+    )
     for w in report["warnings"]:
-        add(f"warning: {w}")
+        lines.append(f"warning: {w}")
     return "\n".join(lines)

@@ -43,6 +43,7 @@ generation's, a shuffled window's) says how its games went (stages.data).
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -194,7 +195,10 @@ def shard_info(path: str | Path) -> int:
     except (pa.ArrowException, OSError, ValueError) as e:
         raise ShardError(f"shard {path} is corrupt or truncated ({e})") from None
     if not schema.equals(SCHEMA, check_metadata=False):
-        raise ShardError(f"shard {path} does not have the rows schema (version {SCHEMA_VERSION})")
+        raise ShardError(
+            f"shard {path} does not have the rows schema (version {SCHEMA_VERSION}; a shard of an "
+            "older tengen needs its self-play rerun)"
+        )
     return meta.num_rows
 
 
@@ -220,8 +224,10 @@ class ShardWriter:
 
 
 def list_shards(folder: str | Path) -> list[Path]:
-    """The shards of a folder, in order (part-0.parquet, part-1.parquet, ...)."""
-    return sorted(Path(folder).glob("part-*.parquet"), key=lambda p: int(p.stem.split("-", 1)[1]))
+    """The shards of a folder, in order (part-0.parquet, part-1.parquet, ...); other files
+    (part-0-copy.parquet) are not shards."""
+    named = (re.fullmatch(r"part-(\d+)\.parquet", p.name) for p in Path(folder).glob("part-*"))
+    return [Path(folder) / m[0] for m in sorted((m for m in named if m), key=lambda m: int(m[1]))]
 
 
 # A folder of shards (a generation's self-play, a window) has a manifest.json whose "files"
@@ -243,6 +249,8 @@ def manifest_shards(folder: str | Path) -> tuple[list[tuple[Path, int]], dict]:
         manifest = json.loads(path.read_text())
     except FileNotFoundError:
         raise ShardError(f"manifest {path} does not exist") from None
+    except OSError as e:
+        raise ShardError(f"manifest {path} cannot be read ({e.strerror or e})") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ShardError(f"manifest {path} is not valid JSON ({e})") from None
     if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), list):

@@ -188,7 +188,7 @@ def polars_deal(plan: list[Source], files: int, base: int, tmp: Path) -> None:
     if not plan:
         return
     key, order = _row_keys_expr(base)
-    rows = pl.scan_parquet([s.shard for s in plan], row_index_name="i").with_columns(
+    rows = pl.scan_parquet([s.shard for s in plan], row_index_name="i", glob=False).with_columns(
         key=key, order=order
     )
     cut = oldest_cut(plan, base)
@@ -227,7 +227,9 @@ def polars_gather(k: int, tmp: Path) -> pa.Table:
     paths = sorted(tmp.glob(f".bucket-{k}-*.parquet"))
     if not paths:
         return SCHEMA.empty_table()
-    frame = pl.scan_parquet(paths).sort(["order", "key"]).drop(["key", "order"]).collect()
+    frame = (
+        pl.scan_parquet(paths, glob=False).sort(["order", "key"]).drop(["key", "order"]).collect()
+    )
     for path in paths:
         path.unlink()
     return frame.to_arrow()
@@ -246,9 +248,11 @@ def run(params: Params, io: ShuffleIO, *, deal=polars_deal, gather=polars_gather
         try:
             deal(plan, files, key_base(params.seed, io.generation), tmp)
         except (pl.exceptions.PolarsError, OSError, ShardError) as e:
+            # The shards were just checked against their manifests: more likely the window's
+            # folder (a full disk, permissions) than the shards.
             raise InputError(
-                f"shuffle: a self-play shard of generations {plan[-1].generation}.."
-                f"{plan[0].generation} could not be read ({e}); rerun the selfplay stage"
+                f"shuffle: the window of generations {plan[-1].generation}..{plan[0].generation}"
+                f" could not be built in {io.out.parent} ({e})"
             ) from None
         for k in range(files):
             table = gather(k, tmp).cast(SCHEMA).combine_chunks()  # the list items' names too
@@ -272,9 +276,9 @@ def run(params: Params, io: ShuffleIO, *, deal=polars_deal, gather=polars_gather
             "digest": digest,
         }
         write_json(manifest, tmp / layout.MANIFEST)
-    if io.report is not None:  # generation N's own rows, whatever the window took of them
-        folder = io.selfplay / layout.selfplay_dir(io.generation).name
-        write_json(data.report(data.shards_of(folder, "shuffle")), io.report)
+    if io.report is not None:  # generation N's own rows (checked above), whatever was taken
+        shards = [shard for gen, shard, _ in reversed(sources) if gen == io.generation]
+        write_json(data.report(shards, "shuffle"), io.report)
     return {
         "generation": io.generation,
         "total_rows": total,

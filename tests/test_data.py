@@ -91,7 +91,9 @@ def test_figures_of_known_games(known):
     assert (g["p10"], g["p90"]) == (8, 75) and g["p50"] in (30, 40)
     assert g["per_area"] == pytest.approx(1.53)  # (30 + 8 + 75 + 40) / 25 / 4
     assert r["ends"] == {"passes": 0.75, "move_limit": 0.25}
-    assert r["early_pass_games"] == 0.25  # b's pass at move 6 < 2 x 5
+    # b ended by two passes at move 8, and its first pass was move 7 (turn 6): both before
+    # move 2 x 5; a's first pass was move 29.
+    assert r["early_end_games"] == 0.25 and r["early_pass_games"] == 0.25
     # Even games a, b, c (d has two handicap stones): Black wins a and c.
     assert r["even_games"] == 3
     assert r["black_win_rate"] == pytest.approx(0.6667)
@@ -147,6 +149,9 @@ def test_warnings_need_enough_games():
     ]  # fmt: skip
     short.update(games=10, even_games=10)
     assert data.warnings(short) == []
+    drawn = dict(sane, draw_rate=0.36, early_end_games=0.2)
+    assert [w.split(" = ")[0] for w in data.warnings(drawn)] == ["early_end_games", "draw_rate"]
+    assert "is above 0.2" in data.warnings(drawn)[1]
 
 
 @pytest.mark.slow
@@ -172,6 +177,30 @@ def test_tengen_data_on_a_folder_a_report_and_bad_input(known, tmp_path):
     path.write_text("[1, 2]")
     bad = run_cli("data", str(path))
     assert bad.returncode == 2 and "is not a data report" in bad.stderr
+    path.write_text('{"version": 1, "games": 3}')
+    assert "is not a data report" in run_cli("data", str(path)).stderr
+
+
+def test_what_shards_a_path_has(known, tmp_path):
+    """One shard; a folder; a stray copy beside the shards; the windows of a run (refused:
+    they overlap); a shard whose pages do not match their checksums, with no manifest."""
+    assert data.shards_of(known / "part-0.parquet") == [known / "part-0.parquet"]
+    (known / "part-0-copy.parquet").write_bytes((known / "part-0.parquet").read_bytes())
+    assert data.shards_of(known) == [known / "part-0.parquet", known / "part-1.parquet"]
+    windows = tmp_path / "windows"
+    for g in range(2):
+        (windows / f"gen-{g}").mkdir(parents=True)
+        (windows / f"gen-{g}" / "manifest.json").write_text(
+            json.dumps({"window_rows": 0, "files": []})
+        )
+    with pytest.raises(data.InputError, match="is a window, and the windows of"):
+        data.shards_of(windows)
+    shard = known / "part-1.parquet"
+    raw = bytearray(shard.read_bytes())
+    raw[len(raw) // 3] ^= 0x10  # inside the data pages, the footer intact
+    shard.write_bytes(bytes(raw))
+    with pytest.raises(data.InputError, match=f"{shard} is corrupt"):
+        data.shards_of(known)
 
 
 def test_game_columns_match_the_sgf_records(selfplay_generations):
