@@ -7,7 +7,6 @@ page carries a CRC that readers verify, so a flipped bit is an error, not a wron
 
 | column          | type            | meaning                                                     |
 |-----------------|-----------------|-------------------------------------------------------------|
-
 | game_id         | string          | unique per game: g<generation>-s<seed>-<index>              |
 | generation      | int32           | the self-play generation that played it                     |
 | model_id        | string          | the network that played it ("uniform" at generation 0)      |
@@ -55,8 +54,6 @@ from gocore.features import N_GLOBALS, packed_length
 from stages.layout import MANIFEST
 
 SCHEMA_VERSION = "2"  # 2: the game columns (game_length, game_end, first_pass, handicap)
-
-GAME_ENDS = ("passes", "move_limit", "side")
 
 SCHEMA = pa.schema(
     [

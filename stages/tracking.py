@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from gocore.atomic import sha256_file
+from stages.layout import MANIFEST
 from stages.params import MlflowParams, ParamsError, load_params, section
 
 ENV_PARENT = "TENGEN_MLFLOW_PARENT"
@@ -377,10 +378,18 @@ def stage_run(
 
 
 def data_digest(folder: Path) -> str:
-    """A self-play generation's identity: the SHA-256 of its shards' names and digests."""
+    """A self-play generation's identity: the SHA-256 of its shards' names and digests, in
+    name order. The digests come from the folder's manifest where it has one (self-play's
+    stage wrote it, and the shuffle checks it), instead of hashing every shard again."""
+    manifest = Path(folder) / MANIFEST
+    if manifest.exists():
+        files = json.loads(manifest.read_text())["files"]
+        digests = {f["name"]: f["sha256"] for f in files}
+    else:
+        digests = {p.name: sha256_file(p) for p in Path(folder).glob("part-*.parquet")}
     h = hashlib.sha256()
-    for shard in sorted(Path(folder).glob("part-*.parquet")):
-        h.update(f"{shard.name}\0{sha256_file(shard)}\n".encode())
+    for name in sorted(digests):
+        h.update(f"{name}\0{digests[name]}\n".encode())
     return h.hexdigest()
 
 

@@ -4,6 +4,7 @@ self-play writes against its own SGF records."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 
@@ -12,7 +13,7 @@ import pyarrow as pa
 import pytest
 
 from gocore.features import N_GLOBALS, packed_length
-from stages import data
+from stages import data, tracking
 from stages.rows import SCHEMA, list_shards, manifest_shards, read_shard, write_shard
 from tests.conftest import run_cli
 
@@ -213,6 +214,13 @@ def test_game_columns_match_the_sgf_records(selfplay_generations):
         folder = selfplay_generations / f"gen-{gen}"
         listed, _ = manifest_shards(folder)  # self-play's manifest: every shard, checked
         assert [s for s, _ in listed] == list_shards(folder)
+        # The lineage digest read from it is the one hashing the shards gives.
+        hashed = hashlib.sha256()
+        for shard in sorted(folder.glob("part-*.parquet")):
+            hashed.update(
+                f"{shard.name}\0{hashlib.sha256(shard.read_bytes()).hexdigest()}\n".encode()
+            )
+        assert tracking.data_digest(folder) == hashed.hexdigest()
         table = pa.concat_tables(read_shard(s) for s in list_shards(folder))
         first = {}
         for row in table.select(["game_id", "game_length", "game_end", "first_pass"]).to_pylist():
