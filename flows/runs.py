@@ -27,8 +27,9 @@ def presets() -> list[str]:
     return sorted(p.stem for p in PRESETS.glob("*.yaml"))
 
 
-# Mappings of weights (board size, rules or komi per size): a preset's replaces the whole map.
-WEIGHTS = {"board_sizes", "rules", "komi"}
+# Mappings a preset gives whole (weights of board sizes and rules, komi per size, the
+# evaluation's opponents): a preset's replaces the base's map rather than adding to it.
+WHOLE = {"board_sizes", "rules", "komi", "opponents"}
 
 
 def merge(base: dict, change: dict, where: str = "") -> dict:
@@ -39,7 +40,7 @@ def merge(base: dict, change: dict, where: str = "") -> dict:
         name = f"{where}{key}"
         if key not in base:
             raise ParamsError(f"preset: {name} is not a params.yaml key")
-        if isinstance(value, dict) and isinstance(base[key], dict) and key not in WEIGHTS:
+        if isinstance(value, dict) and isinstance(base[key], dict) and key not in WHOLE:
             out[key] = merge(base[key], value, name + ".")
         else:
             out[key] = value

@@ -121,6 +121,9 @@ select_game = search.select_game
 expand_backup_game = search.expand_backup_game
 add_root_noise = search.add_root_noise
 policy_target = search.policy_target
+add_root_gumbel = search.add_root_gumbel
+gumbel_target = search.gumbel_target
+gumbel_move = search.gumbel_move
 reroot_game = search.reroot_game
 copy_tree = search.copy_tree
 reset_tree = search.reset_tree
@@ -214,6 +217,27 @@ def _targets_entry(t, params, out, kept):
 
 
 @_entry
+def _gumbel_entry(t, rng, considered, sample, which):
+    g = cuda.grid(1)
+    if g < t.node_count.shape[0] and which[g]:
+        add_root_gumbel(t, g, rng, considered, sample)
+
+
+@_entry
+def _gumbel_targets_entry(t, params, out, kept):
+    g = cuda.grid(1)
+    if g < t.node_count.shape[0]:
+        kept[g] = gumbel_target(t, g, params, out[g])
+
+
+@_entry
+def _gumbel_moves_entry(t, params, out):
+    g = cuda.grid(1)
+    if g < t.node_count.shape[0]:
+        out[g] = gumbel_move(t, g, params)
+
+
+@_entry
 def _reroot_entry(t, moves, into, which):
     g = cuda.grid(1)
     if g < t.node_count.shape[0] and which[g]:
@@ -240,6 +264,9 @@ ENTRIES = {
     "expand_backup": _expand_backup_entry,
     "noise": _noise_entry,
     "targets": _targets_entry,
+    "gumbel": _gumbel_entry,
+    "gumbel_targets": _gumbel_targets_entry,
+    "gumbel_moves": _gumbel_moves_entry,
     "reroot": _reroot_entry,
     "copy_tree": _copy_tree_entry,
 }
@@ -419,6 +446,25 @@ def policy_targets_all(t, params: search.SearchParams, area: int):
     return out, kept
 
 
+def add_gumbel_all(t, rng, which, considered: int, sample: bool = True) -> None:
+    games = _games(t)
+    _launch(_gumbel_entry, games, t, _on_device(rng, np.uint64), int(considered), bool(sample),
+            _mask(which, games))  # fmt: skip
+
+
+def gumbel_targets_all(t, params: search.SearchParams, area: int):
+    out = cuda.to_device(np.zeros((_games(t), area), np.float32))
+    kept = cuda.device_array(_games(t), np.float64)
+    _launch(_gumbel_targets_entry, _games(t), t, params, out, kept)
+    return out, kept
+
+
+def gumbel_moves_all(t, params: search.SearchParams):
+    out = cuda.device_array(_games(t), np.int64)
+    _launch(_gumbel_moves_entry, _games(t), t, params, out)
+    return out
+
+
 def reroot_some(t, spare, moves, which) -> None:
     games = _games(t)
     which = _mask(which, games)
@@ -472,6 +518,9 @@ def compile_ptx(cc: tuple[int, int] = (9, 0)) -> dict[str, int]:
         "expand_backup": (t, leaves, np.zeros(leaves.color.shape, np.float32), f32, f32, f32),
         "noise": (t, playout.new_rng(2, 0), 10.83, 0.25, which),
         "targets": (t, params, np.zeros(b.color.shape, np.float32), np.zeros(2)),
+        "gumbel": (t, playout.new_rng(2, 0), 16, True, which),
+        "gumbel_targets": (t, params, np.zeros(b.color.shape, np.float32), np.zeros(2)),
+        "gumbel_moves": (t, params, i64),
         "reroot": (t, i64, t, which),
         "copy_tree": (t, t, which),
     }

@@ -11,7 +11,10 @@ then `expand_and_backup_all`):
    play the path's moves on the game's leaf board, add virtual loss along the path;
 2. the caller encodes the leaf boards (gocore.features) and evaluates them in one call;
 3. expand and back up: the leaf gets an edge per legal move with the network's prior, and its
-   value goes up the path, the sign flipping at every level, virtual loss removed.
+   value goes up the path, the sign flipping at every level, virtual loss removed. A leaf
+   just after a pass is worth at least, to its player to move, the exact result of passing
+   back and ending the game: the network's value is raised to it where lower (a minimax
+   bound; without it a flat early value lets a search pass into a lost game).
 
 A node's `value_sum` is the sum of the utilities seen below it from the view of the player who
 moved into it (the player to move at its parent), so a parent maximises value_sum / visits.
@@ -19,6 +22,18 @@ moved into it (the player to move at its parent), so a parent maximises value_su
 Root policy targets (`policy_targets`) apply KataGo's pruning: forced playouts are taken off
 every child but the most visited while its PUCT value stays below the best's; children left
 with one playout are dropped.
+
+The Gumbel root (Danihelka et al. 2022, "Policy improvement by planning with Gumbel", as in
+mctx's gumbel_muzero_policy), for a game whose root has `considered` > 0: once the root is
+expanded, `add_root_gumbel` draws a Gumbel variable g(a) for each move and keeps the m =
+`considered` moves of largest g(a) + logits(a) (sampling m moves without replacement); the
+root's walks then spread the visit budget over them by sequential halving
+(`halving_visits`), each walk taking the considered move with the schedule's visit count and
+the largest g + logits + sigma(q); `gumbel_move` plays the most visited such move, and
+`gumbel_target` is the completed-Q policy softmax(logits + sigma(completed q)), an unvisited
+move's q being the mixed value of the root's own evaluation and its visited children. Below
+the root the walks are PUCT's. A Gumbel root does not reuse its tree (the schedule counts a
+search's own visits).
 """
 
 from __future__ import annotations
@@ -62,6 +77,10 @@ class SearchParams(NamedTuple):
     # Appendix F: utility = win value + score_utility * (2/pi) atan((score - centre) / width),
     # the centre being the root's expected score when its search began; 0 turns it off.
     score_utility: float
+    # sigma(q) = (gumbel_c_visit + the most visits of a root child) * gumbel_c_scale * q, q
+    # rescaled to [0, 1] (the Gumbel paper and mctx: 50 and 0.1); used by Gumbel roots only.
+    gumbel_c_visit: float
+    gumbel_c_scale: float
 
 
 class Tree(NamedTuple):
@@ -87,8 +106,17 @@ class Tree(NamedTuple):
     leaf_value: np.ndarray  # [G, L] float32 a terminal leaf's exact utility (player to move)
     leaf_win: np.ndarray  # [G, L] float32 its win/loss value
     leaf_score: np.ndarray  # [G, L] float32 its final score (Black's lead)
+    # Whether leaf i follows a pass (the game not over): its value is at least what passing
+    # back and ending the game gives its player to move, the leaf_* values above.
+    leaf_after_pass: np.ndarray  # [G, L] int8
     explore: np.ndarray  # [G] int8 whether the root takes forced playouts (a full search)
     centre: np.ndarray  # [G] float64 the score utility's centre (Black's lead); NaN: none yet
+    # The Gumbel root (see above); considered 0: a PUCT root.
+    considered: np.ndarray  # [G] int32 the moves sequential halving spreads the visits over
+    budget: np.ndarray  # [G] int32 the search's visits, which the halving schedule divides
+    gumbel: np.ndarray  # [G, A] float32 g + logits of each root edge; -1e30: not considered
+    sigma: np.ndarray  # [G, A] float32 scratch: sigma(completed q) of each root edge
+    root_raw: np.ndarray  # [G] float32 the root's own evaluation (utility, player to move)
 
 
 def new_tree(
@@ -115,8 +143,14 @@ def new_tree(
         leaf_value=np.zeros((games, leaves_per_game), np.float32),
         leaf_win=np.zeros((games, leaves_per_game), np.float32),
         leaf_score=np.zeros((games, leaves_per_game), np.float32),
+        leaf_after_pass=np.zeros((games, leaves_per_game), np.int8),
         explore=np.ones(games, np.int8),
         centre=np.full(games, np.nan),
+        considered=np.zeros(games, np.int32),
+        budget=np.zeros(games, np.int32),
+        gumbel=np.zeros((games, area), np.float32),
+        sigma=np.zeros((games, area), np.float32),
+        root_raw=np.zeros(games, np.float32),
     )
     reset_all(tree)
     return tree
@@ -141,6 +175,8 @@ def reset_tree(t, g):
     t.first_edge[g, ROOT] = UNVISITED
     t.num_edges[g, ROOT] = 0
     t.terminal[g, ROOT] = 0
+    t.considered[g] = 0
+    t.root_raw[g] = 0.0
 
 
 @kernel
@@ -173,7 +209,10 @@ def node_q(t, g, n, virtual_loss):
 
 @routine
 def select_edge(t, g, n, params, is_root, total_root_visits):
-    """The edge of node n with the highest PUCT value (forced playouts first at the root)."""
+    """The edge of node n with the highest PUCT value (forced playouts first at the root); a
+    Gumbel root's by sequential halving."""
+    if is_root and t.considered[g] > 0:
+        return gumbel_root_edge(t, g, params)
     start = t.first_edge[g, n]
     count = t.num_edges[g, n]
     parent_visits = t.visits[g, n] + t.pending[g, n]
@@ -193,6 +232,7 @@ def select_edge(t, g, n, params, is_root, total_root_visits):
     explore = params.c_puct * max(float(parent_visits), 1.0) ** params.puct_exponent
     best = start
     best_score = -1e30
+    best_forced = False
     for e in range(start, start + count):
         child = t.edge_child[g, e]
         child_visits = 0
@@ -206,12 +246,17 @@ def select_edge(t, g, n, params, is_root, total_root_visits):
             forced = math.sqrt(params.forced_playouts_k * prior * total_root_visits)
             if child_visits < forced:
                 # Forced playout: this child has had fewer visits than its noise-given prior
-                # demands; it outranks every unforced one.
-                score = 1e20 + prior
-                if score > best_score:
-                    best_score = score
+                # demands; it outranks every unforced one, and among forced children the
+                # larger prior goes first (as KataGo, which opens new children in policy
+                # order). A score of 1e20 + prior would tie them all in float64 and hand
+                # the forced visits out in board order.
+                if not best_forced or prior > best_score:
+                    best_forced = True
+                    best_score = prior
                     best = e
                 continue
+        if best_forced:
+            continue
         score = q + explore * prior / (1.0 + child_visits)
         if score > best_score:
             best_score = score
@@ -447,6 +492,203 @@ def policy_target(t, g, params, out):
     return kept
 
 
+# ---------------------------------------------------------------------------------------------
+# The Gumbel root (Danihelka et al. 2022; mctx's gumbel_muzero_policy)
+# ---------------------------------------------------------------------------------------------
+
+NOT_CONSIDERED = -1e30  # t.gumbel of a move not considered (compare with is_considered)
+
+
+@kernel
+def is_considered(value):
+    """Whether a t.gumbel entry is a considered move's (float32 rounds NOT_CONSIDERED)."""
+    return value > -1e29
+
+
+@kernel
+def halving_visits(m, n, k):
+    """The visits a considered move must have for the root's k-th walk (from 0) to take it, in
+    sequential halving of n visits over m moves as the Gumbel search schedules it (mctx's
+    get_sequence_of_considered_visits): each phase gives every move still considered
+    max(1, n // (ceil(log2 m) * considered)) more visits, one round at a time, then keeps the
+    better half (at least 2). Walks past n go on with the last phase's rounds."""
+    if m <= 1:
+        return k
+    log2m = 0
+    while (1 << log2m) < m:
+        log2m += 1
+    considered = m
+    done = 0  # walks scheduled before this phase
+    level = 0  # visits of each considered move when the phase starts
+    while True:
+        extra = max(1, n // (log2m * considered))
+        if k < done + extra * considered:
+            return level + (k - done) // considered
+        done += extra * considered
+        level += extra
+        considered = max(2, considered // 2)
+
+
+@routine
+def gumbel_sigma(t, g, params, out):
+    """out[e - start] = sigma(completed q) for each root edge e (mctx's
+    qtransform_completed_by_mix_value): a visited child's q for the player to move at the root,
+    an unvisited one's the mixed value (the root's own evaluation averaged with the
+    prior-weighted q of the visited children, weighted by their visits), min-max rescaled to
+    [0, 1], times (c_visit + the most visits of a child) * c_scale. Visits in flight count as
+    virtual losses, as in PUCT."""
+    start = t.first_edge[g, ROOT]
+    count = t.num_edges[g, ROOT]
+    visited = 0.0
+    weighted = 0.0
+    prior_visited = 0.0
+    most = 0
+    for e in range(start, start + count):
+        child = t.edge_child[g, e]
+        n = t.visits[g, child] + t.pending[g, child] if child >= 0 else 0
+        if n > 0:
+            visited += n
+            weighted += t.edge_prior[g, e] * node_q(t, g, child, params.virtual_loss)
+            prior_visited += t.edge_prior[g, e]
+            most = max(most, n)
+    mixed = t.root_raw[g]
+    if prior_visited > 0.0:
+        mixed = (mixed + visited * weighted / prior_visited) / (visited + 1.0)
+    low = 1e30
+    high = -1e30
+    for e in range(start, start + count):
+        child = t.edge_child[g, e]
+        q = mixed
+        if child >= 0 and t.visits[g, child] + t.pending[g, child] > 0:
+            q = node_q(t, g, child, params.virtual_loss)
+        out[e - start] = q
+        low = min(low, q)
+        high = max(high, q)
+    scale = (params.gumbel_c_visit + most) * params.gumbel_c_scale / max(high - low, 1e-8)
+    for e in range(start, start + count):
+        out[e - start] = (out[e - start] - low) * scale
+
+
+@routine
+def add_root_gumbel(t, g, rng, considered, sample):
+    """Make g's expanded root a Gumbel root: t.gumbel = g(a) + log prior(a) per edge, g(a) a
+    standard Gumbel draw (0 without `sample`: a match's deterministic search), and only the
+    `considered` edges of largest value kept (the rest NOT_CONSIDERED): Gumbel-top-k, a sample
+    of that many moves without replacement from the policy. The visit budget for the
+    schedule is t.budget[g], set by the caller."""
+    start = t.first_edge[g, ROOT]
+    count = t.num_edges[g, ROOT]
+    if start < 0 or count == 0:
+        return
+    for e in range(start, start + count):
+        noise = 0.0
+        if sample:
+            noise = -math.log(-math.log(_uniform(rng, g)))
+        score = noise + math.log(max(t.edge_prior[g, e], 1e-30))
+        t.gumbel[g, e - start] = score
+        t.sigma[g, e - start] = score  # scratch for the selection below
+    m = min(considered, count)
+    for _ in range(m):
+        best = start
+        for e in range(start, start + count):
+            if t.sigma[g, e - start] > t.sigma[g, best - start]:
+                best = e
+        t.sigma[g, best - start] = NOT_CONSIDERED  # taken
+    for e in range(start, start + count):
+        if is_considered(t.sigma[g, e - start]):
+            t.gumbel[g, e - start] = NOT_CONSIDERED
+    t.considered[g] = m
+
+
+@routine
+def gumbel_root_edge(t, g, params):
+    """The root edge the next walk takes: among the considered moves with the visits the
+    halving schedule asks for at this walk, the one of largest g + logits + sigma(q); if none
+    has them (walks in flight), the least visited considered move, ties to the larger score."""
+    start = t.first_edge[g, ROOT]
+    count = t.num_edges[g, ROOT]
+    k = t.visits[g, ROOT] + t.pending[g, ROOT] - 1  # the root's own evaluation is not a walk
+    wanted = halving_visits(t.considered[g], t.budget[g], k)
+    gumbel_sigma(t, g, params, t.sigma[g])
+    best = -1
+    best_score = -1e30
+    fallback = start
+    fallback_visits = 1 << 30
+    fallback_score = -1e30
+    for e in range(start, start + count):
+        if not is_considered(t.gumbel[g, e - start]):
+            continue
+        child = t.edge_child[g, e]
+        n = t.visits[g, child] + t.pending[g, child] if child >= 0 else 0
+        score = t.gumbel[g, e - start] + t.sigma[g, e - start]
+        if n == wanted and score > best_score:
+            best = e
+            best_score = score
+        if n < fallback_visits or (n == fallback_visits and score > fallback_score):
+            fallback = e
+            fallback_visits = n
+            fallback_score = score
+    return best if best >= 0 else fallback
+
+
+@routine
+def gumbel_move(t, g, params):
+    """The move a Gumbel root plays: of the most visited considered moves, the one of largest
+    g + logits + sigma(q) (PASS if the root has no edges)."""
+    start = t.first_edge[g, ROOT]
+    count = t.num_edges[g, ROOT]
+    if start < 0 or count == 0:
+        return PASS
+    gumbel_sigma(t, g, params, t.sigma[g])
+    most = -1
+    for e in range(start, start + count):
+        child = t.edge_child[g, e]
+        if is_considered(t.gumbel[g, e - start]) and child >= 0:
+            most = max(most, t.visits[g, child])
+    best = start
+    best_score = -1e30
+    for e in range(start, start + count):
+        if not is_considered(t.gumbel[g, e - start]):
+            continue
+        child = t.edge_child[g, e]
+        n = t.visits[g, child] if child >= 0 else 0
+        score = t.gumbel[g, e - start] + t.sigma[g, e - start]
+        if n == max(most, 0) and score > best_score:
+            best = e
+            best_score = score
+    return t.edge_move[g, best]
+
+
+@routine
+def gumbel_target(t, g, params, out):
+    """out[move] = the completed-Q policy softmax(logits + sigma(completed q)) over every legal
+    root move (the Gumbel paper's policy target, visited or not). Returns the root's child
+    visits (0: no target)."""
+    for p in range(out.shape[0]):
+        out[p] = 0.0
+    start = t.first_edge[g, ROOT]
+    count = t.num_edges[g, ROOT]
+    if start < 0 or count == 0:
+        return 0.0
+    gumbel_sigma(t, g, params, t.sigma[g])
+    top = -1e30
+    visits = 0.0
+    for e in range(start, start + count):
+        logit = math.log(max(t.edge_prior[g, e], 1e-30)) + t.sigma[g, e - start]
+        t.sigma[g, e - start] = logit
+        top = max(top, logit)
+        child = t.edge_child[g, e]
+        visits += t.visits[g, child] if child >= 0 else 0
+    total = 0.0
+    for e in range(start, start + count):
+        weight = math.exp(t.sigma[g, e - start] - top)
+        out[t.edge_move[g, e]] = weight
+        total += weight
+    for p in range(out.shape[0]):
+        out[p] = out[p] / total
+    return visits
+
+
 @routine
 def reroot(t, g, child, into, gi):
     """Copy the subtree under node `child` of tree t (game g) into tree `into` (game gi, another
@@ -454,6 +696,7 @@ def reroot(t, g, child, into, gi):
     Breadth-first; into.reroot_map[gi, k] is the old index of new node k. Returns the nodes."""
     into.node_count[gi] = 1
     into.edge_count[gi] = 0
+    into.considered[gi] = 0  # a PUCT root (a Gumbel search starts afresh)
     into.reroot_map[gi, 0] = child
     head = 0
     while head < into.node_count[gi]:
@@ -500,6 +743,11 @@ def copy_tree(src, gs, dst, gd):
     edges = src.edge_count[gs]
     dst.node_count[gd] = nodes
     dst.edge_count[gd] = edges
+    dst.considered[gd] = src.considered[gs]
+    dst.budget[gd] = src.budget[gs]
+    dst.root_raw[gd] = src.root_raw[gs]
+    for a in range(src.gumbel.shape[1]):
+        dst.gumbel[gd, a] = src.gumbel[gs, a]
     for n in range(nodes):
         dst.visits[gd, n] = src.visits[gs, n]
         dst.value_sum[gd, n] = src.value_sum[gs, n]
@@ -549,13 +797,17 @@ def select_game(t, g, roots, leaves, params, budget, no_marks, owner):
         t.leaf_value[g, i] = 0.0
         t.leaf_win[g, i] = 0.0
         t.leaf_score[g, i] = 0.0
+        t.leaf_after_pass[g, i] = 0
         if i >= budget:
             continue
         lg = g * per + i
         n = select_leaf(t, g, roots, g, leaves, lg, params)
         t.leaf[g, i] = n
-        if n >= 0 and t.terminal[g, n]:
+        if n >= 0 and (t.terminal[g, n] or leaves.passes[lg] == 1):
+            # A finished game's exact values; after a pass, those of passing back (the
+            # bound expand_backup_game applies).
             terminal_value(t, g, i, leaves, lg, no_marks[lg], owner[lg], params)
+            t.leaf_after_pass[g, i] = 1 - t.terminal[g, n]
 
 
 @routine
@@ -572,7 +824,15 @@ def expand_backup_game(t, g, leaves, policy, value, win, black_score):
             continue
         if t.first_edge[g, n] == UNVISITED:
             expand(t, g, n, leaves, lg, policy[lg])
-            backup(t, g, n, value[lg], win[lg], black_score[lg])
+            v, w, s = value[lg], win[lg], black_score[lg]
+            if t.leaf_after_pass[g, i] and t.leaf_value[g, i] > v:
+                # After a pass the player to move can pass back and end the game: the position
+                # is worth at least that to it, whatever the network says (a weak net's flat
+                # value would let the search pass early into a lost game).
+                v, w, s = t.leaf_value[g, i], t.leaf_win[g, i], t.leaf_score[g, i]
+            if n == ROOT:
+                t.root_raw[g] = v
+            backup(t, g, n, v, w, s)
         else:
             # Selected twice this step (virtual loss did not steer the second walk away):
             # the second evaluation is dropped, its virtual visits taken back.
@@ -620,6 +880,25 @@ def _targets_range(t, params, out, kept, start, stop):
 
 
 @driver
+def _gumbel_range(t, rng, considered, sample, which, start, stop):
+    for g in range(start, stop):
+        if which[g]:
+            add_root_gumbel(t, g, rng, considered, sample)
+
+
+@driver
+def _gumbel_targets_range(t, params, out, kept, start, stop):
+    for g in range(start, stop):
+        kept[g] = gumbel_target(t, g, params, out[g])
+
+
+@driver
+def _gumbel_moves_range(t, params, out, start, stop):
+    for g in range(start, stop):
+        out[g] = gumbel_move(t, g, params)
+
+
+@driver
 def _reroot_range(t, moves, into, which, start, stop):
     for g in range(start, stop):
         if which[g]:
@@ -662,6 +941,32 @@ def policy_targets_all(t: Tree, params: SearchParams, area: int) -> tuple[np.nda
     kept = np.zeros(games, np.float64)
     over_games(_targets_range, games, t, params, out, kept)
     return out, kept
+
+
+def add_gumbel_all(
+    t: Tree, rng: np.ndarray, which: np.ndarray, considered: int, sample: bool = True
+) -> None:
+    """Gumbel roots for the expanded roots of the games marked in `which`, `considered` moves
+    each (fewer where fewer are legal), drawn with `rng` ([G] uint64) when `sample`. Set
+    t.budget first: the visits each search spreads over them."""
+    which = np.ascontiguousarray(np.broadcast_to(which, t.node_count.shape), np.bool_)
+    over_games(_gumbel_range, t.node_count.shape[0], t, rng, int(considered), bool(sample), which)
+
+
+def gumbel_targets_all(t: Tree, params: SearchParams, area: int) -> tuple[np.ndarray, np.ndarray]:
+    """([G, area] float32 completed-Q policy targets over points, [G] root child visits)."""
+    games = t.node_count.shape[0]
+    out = np.zeros((games, area), np.float32)
+    kept = np.zeros(games, np.float64)
+    over_games(_gumbel_targets_range, games, t, params, out, kept)
+    return out, kept
+
+
+def gumbel_moves_all(t: Tree, params: SearchParams) -> np.ndarray:
+    """[G] int64: the move each Gumbel root plays (gumbel_move)."""
+    out = np.zeros(t.node_count.shape[0], np.int64)
+    over_games(_gumbel_moves_range, t.node_count.shape[0], t, params, out)
+    return out
 
 
 def reroot_all(t: Tree, spare: Tree, moves: np.ndarray) -> Tree:
@@ -800,6 +1105,8 @@ def search(
     leaves: Boards | None = None,
     noise_rng: np.ndarray | None = None,
     noise_games: np.ndarray | bool = True,
+    considered: int = 0,
+    gumbel_rng: np.ndarray | None = None,
     on_step=None,
     stop=None,
 ) -> Tree:
@@ -810,7 +1117,10 @@ def search(
     `expand_and_backup_all`, for the leaf boards: the network through gocore.features, or
     anything else with that shape. With `noise_rng` ([G] uint64), the roots of `noise_games`
     get Dirichlet noise once expanded; forced playouts go to the roots of `noise_games` (of
-    every game without noise_rng). `on_step()` is called after every step (the caller's
+    every game without noise_rng). With `considered` > 0 the roots are Gumbel roots of that many
+    moves (fresh roots only: give no reused tree), their Gumbel variables drawn with
+    `gumbel_rng` ([G] uint64; None: 0, a deterministic search); then gumbel_move and
+    gumbel_target read the result. `on_step()` is called after every step (the caller's
     bookkeeping, such as the score utility's centre); the search also ends once `stop()`
     returns true (a deadline, a decided move)."""
     games = roots.games
@@ -832,9 +1142,14 @@ def search(
         if on_step is not None:
             on_step()
 
-    if noise_rng is not None:
+    if noise_rng is not None or considered > 0:
         step((tree.first_edge[:, ROOT] < 0).astype(np.int64))  # expand fresh roots first
+    if noise_rng is not None:
         add_noise_all(tree, noise_rng, noise_games)
+    if considered > 0:
+        tree.budget[:] = visits - 1  # the walks below the root's own evaluation
+        rng = np.zeros(games, np.uint64) if gumbel_rng is None else gumbel_rng
+        add_gumbel_all(tree, rng, True, considered, sample=gumbel_rng is not None)
     while True:
         remaining = np.where(full, 0, visits - tree.visits[:, ROOT])
         if remaining.max() <= 0 or (stop is not None and stop()):

@@ -10,7 +10,8 @@ What the KataGo paper (Wu 2019) prescribes, and where it is:
 - playout cap randomization (section 3.1): a full search (noise, forced playouts, a policy
   target) with probability `full_probability`, else a cheap one without them; only full
   searches are recorded (cheap ones too, as value-only rows, with `record_cheap_searches`);
-- forced playouts and policy target pruning (3.2), Dirichlet noise: gocore.search;
+- forced playouts and policy target pruning (3.2), Dirichlet noise: gocore.search; or, with
+  `root` "gumbel", the Gumbel root instead (no noise, no temperature: its own draw chooses);
 - the score utility (Appendix F), centred at the root's expected score when its search began;
 - the move temperature 0.8 -> 0.2 halving every board-width moves; the first moves of a game
   drawn from the raw policy (an exponential number, mean `opening_moves` x area);
@@ -84,6 +85,8 @@ class SelfPlayConfig:
     full_probability: float  # 0.25
     leaves_per_game: int  # leaves per slot per step (virtual loss)
     search: S.SearchParams
+    root: str  # "puct" (noise, forced playouts, pruned visit targets) or "gumbel"
+    gumbel_considered: int  # the moves a Gumbel root samples (16)
     noise_alpha_total: float  # Dirichlet alpha x legal moves (0.03 x 361 = 10.83)
     noise_epsilon: float  # 0.25
     temperature_start: float  # 0.8
@@ -520,8 +523,10 @@ class SelfPlay:
         self.kind[idx] = kind
         self.target[idx] = visits
         self.weight[idx] = np.where(self.decided[idx], c.decided_weight, 1.0)
-        self.tree.explore[idx] = kind == FULL
-        self.noise_due[idx] = kind == FULL
+        gumbel = c.root == "gumbel"
+        self.tree.explore[idx] = (kind == FULL) & (not gumbel)
+        self.noise_due[idx] = (kind == FULL) | (gumbel & (kind == CHEAP))
+        self.tree.budget[idx] = np.maximum(visits - 1, 1)  # walks after the root's own visit
         self.tree_full[idx] = False
         # The score utility's centre: the root's expected score now (NaN for a fresh root: set
         # after its first evaluation).
@@ -532,18 +537,19 @@ class SelfPlay:
             self._apply_noise()
 
     def _apply_noise(self) -> None:
+        """Once a search's root is expanded: Dirichlet noise on a PUCT root of a full search,
+        or the Gumbel draw of a Gumbel root (every search's)."""
         ready = self.noise_due & (self.tree.first_edge[:, S.ROOT] >= 0)
         if not ready.any():
             return
         priors = S.root_priors_all(self.tree, self.roots.color.shape[1])
         self.raw_priors[ready] = priors[ready]
-        S.add_noise_all(
-            self.tree,
-            self.noise_rng,
-            ready,
-            alpha_total=self.config.noise_alpha_total,
-            epsilon=self.config.noise_epsilon,
-        )
+        c = self.config
+        if c.root == "gumbel":
+            S.add_gumbel_all(self.tree, self.noise_rng, ready, c.gumbel_considered)
+        else:
+            S.add_noise_all(self.tree, self.noise_rng, ready, alpha_total=c.noise_alpha_total,
+                            epsilon=c.noise_epsilon)  # fmt: skip
         self.noise_due &= ~ready
 
     def _needed(self) -> np.ndarray:
@@ -644,10 +650,16 @@ class SelfPlay:
         searched = (kind == FULL) | (kind == CHEAP)
         _, win, black_lead = S.root_values(t)
         # Move choice.
-        targets, kept = S.policy_targets_all(t, c.search, cells)
+        gumbel = c.root == "gumbel"
+        if gumbel:
+            targets, kept = S.gumbel_targets_all(t, c.search, cells)
+        else:
+            targets, kept = S.policy_targets_all(t, c.search, cells)
         turn = self.roots.move_count[idx].astype(np.int64)
         moves = np.zeros(len(idx), np.int64)
-        if searched.any():
+        if searched.any() and gumbel:  # the Gumbel draw is the exploration: no temperature
+            moves[searched] = S.gumbel_moves_all(t, c.search)[idx[searched]]
+        elif searched.any():
             s_idx = idx[searched]
             weights = np.where(kept[s_idx, None] > 0, targets[s_idx], 0.0)
             no_target = kept[s_idx] <= 0
@@ -664,11 +676,13 @@ class SelfPlay:
         other = ~searched
         if other.any():
             o_idx = idx[other]
-            priors = S.root_priors_all(t, cells)[o_idx]
-            uniform = (priors > 0).astype(np.float64)
-            uniform[:, PASS] = 0.0  # an early fork plays on the board
-            uniform[uniform.sum(axis=1) == 0, PASS] = 1.0
-            weights = np.where((kind[other] == FORK)[:, None], uniform, priors)
+            priors = S.root_priors_all(t, cells)[o_idx].astype(np.float64)
+            weights = np.where((kind[other] == FORK)[:, None], priors > 0, priors)
+            # An opening or fork move is a move on the board, never a pass: a drawn pass
+            # handed the opponent a won game by passing back (a third of generation 2's
+            # games ended by move 16), and those rows taught the policy to pass early.
+            weights[:, PASS] = 0.0
+            weights[weights.sum(axis=1) == 0, PASS] = 1.0
             moves[other] = _cumulative_pick(weights, self.rng)
         # A side position ends after its search, or goes on for one more move (then a full
         # search again).
@@ -711,7 +725,10 @@ class SelfPlay:
         all_moves = np.zeros(self.slots, np.int64)
         all_moves[idx] = moves
         play_some(self.roots, all_moves, moving)
-        S.reroot_some(t, self.spare, all_moves, moving)
+        if gumbel:  # a Gumbel search schedules its own visits: it starts from a fresh root
+            S.reset_some(t, moving)
+        else:
+            S.reroot_some(t, self.spare, all_moves, moving)
         self.moves_done += int(moving.sum())
         # Game ends.
         ended = (self.roots.passes >= 2) | (self.roots.move_count >= self.max_moves)

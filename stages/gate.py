@@ -55,7 +55,9 @@ class GateIO:
 
 
 def dvc(n: int, plan: Plan) -> list[DvcStage]:
-    """One gate per net training in generation n (stages.lines)."""
+    """One gate per net training in generation n (stages.lines); none with gate.games 0."""
+    if not plan.gated:
+        return []
     champion = (str(layout.champion_dir(n - 1)),) if n > 0 else ()
     out = []
     for line in plan.active(n):

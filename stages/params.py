@@ -153,8 +153,13 @@ NetName = Annotated[str, AfterValidator(_net)]
 
 
 class SearchSection(Section):
-    """`selfplay.search`: every knob of gocore.search.SearchParams."""
+    """`selfplay.search`: every knob of gocore.search.SearchParams, and the root's rule: PUCT
+    (with noise and forced playouts in full searches) or Gumbel (gocore.search)."""
 
+    root: Literal["puct", "gumbel"]
+    gumbel_considered: int = Field(ge=1)  # moves a Gumbel root samples (the paper: 16)
+    gumbel_c_visit: Real = Field(ge=0)
+    gumbel_c_scale: Real = Field(gt=0)
     c_puct: Real = Field(gt=0)
     puct_exponent: Real = Field(gt=0, le=1)
     fpu_reduction: Real = Field(ge=0)
@@ -166,7 +171,7 @@ class SearchSection(Section):
     def params(self):
         from gocore.search import SearchParams
 
-        return SearchParams(**self.model_dump())
+        return SearchParams(**self.model_dump(exclude={"root", "gumbel_considered"}))
 
 
 class MatchSearchSection(Section):
@@ -188,6 +193,8 @@ class MatchSearchSection(Section):
             **self.model_dump(),
             root_fpu_reduction=self.fpu_reduction,  # unused without noise; the same everywhere
             forced_playouts_k=0.0,
+            gumbel_c_visit=50.0,  # a match's roots are PUCT's: unused
+            gumbel_c_scale=0.1,
         )
 
 
@@ -273,6 +280,8 @@ class SelfPlayParams(Section):
         values = {k: getattr(self, k) for k in type(self).model_fields if k not in self.STAGE_ONLY}
         values.update(
             search=self.search.params(),
+            root=self.search.root,
+            gumbel_considered=self.search.gumbel_considered,
             board_sizes=tuple(sorted(self.board_sizes.items())),
             rules=tuple(self.rules.items()),
             komi=tuple(sorted(self.komi.items())),
@@ -339,8 +348,8 @@ class EmaParams(Section):
 class GateParams(Section):
     """`gate:`."""
 
-    games: int = Field(ge=1)
-    win_fraction: Real = Field(ge=0, le=1)  # 0: no gating, every candidate promoted
+    games: int = Field(ge=0)  # 0: no gate stage, every candidate promoted (as KataGo)
+    win_fraction: Real = Field(ge=0, le=1)  # 0: every candidate passes the games it plays
     early_stop: bool
     slots: int = Field(ge=1)
     visits: int = Field(ge=2)

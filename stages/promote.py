@@ -43,7 +43,7 @@ class Params(Section):
 class PromoteIO:
     generation: int
     candidate: Path  # models/gen-N/ema/candidate.pt
-    decision: Path  # reports/gate/gen-N.json
+    decision: Path | None  # reports/gate/gen-N.json; None: no gate (gate.games 0)
     out: Path  # models/gen-N/champion
     previous: Path | None = None  # models/gen-(N-1)/champion
     # The run's history, one row per generation, for DVC's plots: reports/history/gen-N.json
@@ -60,7 +60,7 @@ class Contender:
 
     net: str
     candidate: Path  # models/gen-N/<net>/ema/candidate.pt
-    decision: Path  # reports/gate/gen-N-<net>.json
+    decision: Path | None  # reports/gate/gen-N-<net>.json; None: no gate
     train_report: Path  # reports/train/gen-N-<net>.json
 
 
@@ -69,13 +69,14 @@ def dvc(n: int, plan: Plan) -> list[DvcStage]:
     judged = []
     for line in plan.active(n):
         net = line.grown
-        judged += [layout.gate_report(n, net), layout.ema_dir(n, net), layout.train_report(n, net)]
+        gate = [layout.gate_report(n, net)] if plan.gated else []
+        judged += [*gate, layout.ema_dir(n, net), layout.train_report(n, net)]
     before = [layout.champion_dir(n - 1), layout.history(n - 1)] if n > 0 else []
     grown = ",".join(line.net for line in plan.active(n) if not line.primary)
+    flags = (f" --grown {grown}" if grown else "") + ("" if plan.gated else " --ungated")
     return [
         DvcStage(
-            f"promote-{n}", "stages.promote",
-            f"--generation {n}" + (f" --grown {grown}" if grown else ""), sections(Params),
+            f"promote-{n}", "stages.promote", f"--generation {n}{flags}", sections(Params),
             deps=tuple(
                 str(p)
                 for p in [*judged, layout.selfplay_report(n), layout.data_report(n), *before]
@@ -95,15 +96,23 @@ def _read_json(path: Path, stage: str) -> dict:
         raise InputError(f"promote: {path} is not valid JSON ({e}); rerun {stage}") from None
 
 
+# The decision of a candidate without a gate (gate.games 0): promoted, as in KataGo's runs.
+UNGATED = {
+    "games": 0, "candidate_wins": 0.0, "draws": 0, "win_rate": None, "needed": 0.0,
+    "passed": True, "stopped_early": False, "skipped": "no gate (gate.games 0)",
+}  # fmt: skip
+
+
 def run(params: Params, io: PromoteIO) -> dict:
     """The champion after generation N: the biggest candidate (by parameters) that passed its
-    gate and is not smaller than the champion, else the champion before."""
+    gate (every candidate, without gates) and is not smaller than the champion, else the
+    champion before."""
     train_report = layout.in_reports(io.reports, layout.train_report(io.generation))
     primary = Contender("", io.candidate, io.decision, train_report)
     contenders = [primary, *io.grown]
     decisions = {}
     for c in contenders:
-        decisions[c] = _read_json(c.decision, "gate")
+        decisions[c] = UNGATED if c.decision is None else _read_json(c.decision, "gate")
         if "passed" not in decisions[c]:
             raise InputError(f"promote: {c.decision} has no `passed`; rerun the gate stage")
     previous = {"champion": None, "line": []}
@@ -226,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--previous", type=Path, default=None, help="models/gen-(N-1)/champion")
     p.add_argument("--out", type=Path, default=None)
     p.add_argument("--history", type=Path, default=None, help="reports/history/gen-N.json")
+    p.add_argument("--ungated", action="store_true",
+                   help="no gate ran (gate.games 0): every candidate is promoted")  # fmt: skip
     p.add_argument(
         "--grown", type=lambda v: [x for x in v.split(",") if x], default=[],
         help="the grown nets training in this generation, comma-separated (run.grow)",
@@ -234,15 +245,17 @@ def main(argv: list[str] | None = None) -> int:
     n = args.generation
 
     def work(tracked):
+        def gate(net=None):
+            return None if args.ungated else layout.gate_report(n, net)
+
         grown = tuple(
-            Contender(net, layout.candidate(n, net), layout.gate_report(n, net),
-                      layout.train_report(n, net))
+            Contender(net, layout.candidate(n, net), gate(net), layout.train_report(n, net))
             for net in args.grown
-        )  # fmt: skip
+        )
         io = PromoteIO(
             generation=n,
             candidate=args.candidate or layout.candidate(n),
-            decision=args.decision or layout.gate_report(n),
+            decision=args.decision or gate(),
             out=args.out or layout.champion_dir(n),
             previous=args.previous or (layout.champion_dir(n - 1) if n else None),
             history=args.history or layout.history(n),

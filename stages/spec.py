@@ -13,7 +13,7 @@ import dataclasses
 from pathlib import Path
 
 from stages.lines import Line, lines
-from stages.params import EvaluateParams, run_section, section
+from stages.params import EvaluateParams, GateParams, run_section, section
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,6 +30,7 @@ class Plan:
     generations: int = 1
     lines: tuple[Line, ...] = (Line("", 0, 0),)
     evaluation: Evaluation = Evaluation()
+    gated: bool = True  # gate.games > 0: each candidate plays the champion before promotion
 
     def evaluated(self, n: int) -> bool:
         """Whether generation n has an evaluate stage: every `every` generations, and the last."""
@@ -62,7 +63,8 @@ def plan_of(raw: dict, source: str | Path) -> Plan:
     if "evaluate" in raw:
         e = section(raw, "evaluate", EvaluateParams, source=source)
         evaluation = Evaluation(e.every, e.past_champions, tuple(e.opponents))
-    return Plan(run.generations, tuple(lines(raw, source)), evaluation)
+    gated = "gate" not in raw or section(raw, "gate", GateParams, source=source).games > 0
+    return Plan(run.generations, tuple(lines(raw, source)), evaluation, gated)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -209,9 +209,11 @@ def test_kernels_compile_to_ptx():
 
 
 @pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # uint64 wraps
-def test_search_matches_the_cpu(gpu):
-    """Select, expand and back up, root noise, pruned targets and tree reuse: the CUDA search
-    kernels build the same trees as the CPU ones, step by step, on mixed sizes and rules."""
+@pytest.mark.parametrize("root", ["puct", "gumbel"])
+def test_search_matches_the_cpu(gpu, root):
+    """Select, expand and back up, root noise (or a Gumbel root: its draw, sequential halving,
+    completed-Q targets and move), pruned targets and tree reuse: the CUDA search kernels build
+    the same trees as the CPU ones, step by step, on mixed sizes and rules."""
     from gocore import search as S
 
     games, per = 3, 2
@@ -242,9 +244,14 @@ def test_search_matches_the_cpu(gpu):
         value, win, score = (pick.uniform(-1, 1, games * per).astype(np.float32) for _ in "vws")
         S.expand_and_backup_all(host, host_leaves, policy, value, win, score)
         cuda_mod.expand_and_backup_all(device, device_leaves, policy, value, win, score)
-        if step == 0:
+        if step == 0 and root == "puct":
             S.add_noise_all(host, host_rng, np.array([1, 0, 1], bool))
             cuda_mod.add_noise_all(device, device_rng, np.array([1, 0, 1], bool))
+        elif step == 0:
+            host.budget[:] = 24
+            device.budget.copy_to_device(host.budget)
+            S.add_gumbel_all(host, host_rng, np.array([1, 1, 0], bool), 4)
+            cuda_mod.add_gumbel_all(device, device_rng, np.array([1, 1, 0], bool), 4)
     back = cuda_mod.to_host(device)
     for name in S.Tree._fields:
         assert np.allclose(getattr(host, name), getattr(back, name), equal_nan=True), name
@@ -252,6 +259,14 @@ def test_search_matches_the_cpu(gpu):
     device_targets, device_kept = cuda_mod.policy_targets_all(device, params, area)
     assert np.allclose(targets, device_targets.copy_to_host())
     assert np.allclose(kept, device_kept.copy_to_host())
+    if root == "gumbel":
+        assert (host.considered == [4, 4, 0]).all()
+        targets, kept = S.gumbel_targets_all(host, params, area)
+        device_targets, device_kept = cuda_mod.gumbel_targets_all(device, params, area)
+        assert np.allclose(targets, device_targets.copy_to_host(), atol=1e-6)
+        assert np.allclose(kept, device_kept.copy_to_host())
+        moves = S.gumbel_moves_all(host, params)
+        assert np.array_equal(moves, cuda_mod.gumbel_moves_all(device, params).copy_to_host())
     moves = targets.argmax(axis=1)
     which = np.array([1, 1, 0], bool)
     S.reroot_some(host, S.new_tree(games, 40, 40 * 50, per, area), moves, which)

@@ -57,6 +57,32 @@ def test_promotions_across_generations(tmp_path):
     assert [c["id"] for c in line] == ["cand-1", "cand-3"]
 
 
+def test_without_gates_every_candidate_is_promoted(tmp_path):
+    """gate.games 0: no gate stage, and each generation's candidate becomes the champion."""
+    from stages.spec import Plan
+
+    ungated = Plan(2, gated=False)
+    assert pipeline_names(ungated) == [
+        f"{s}-{n}" for n in (0, 1) for s in ("selfplay", "shuffle", "train", "ema", "promote")
+    ]
+    (stage,) = promote.dvc(1, ungated)
+    assert stage.args.endswith("--ungated") and not any("gate" in d for d in stage.deps)
+    for gen in (0, 1):
+        cand = _candidate(tmp_path / f"gen-{gen}" / "candidate.pt", f"cand-{gen}")
+        previous = tmp_path / f"gen-{gen - 1}" / "champion" if gen else None
+        io = promote.PromoteIO(gen, cand, None, tmp_path / f"gen-{gen}" / "champion", previous)
+        assert promote.run(promote.Params(), io)["champion"] == f"cand-{gen}"
+    promotion = json.loads((tmp_path / "gen-1" / "champion" / "promotion.json").read_text())
+    assert promotion["promoted"] and promotion["decision"]["games"] == 0
+    assert [c["id"] for c in promotion["line"]] == ["cand-0", "cand-1"]
+
+
+def pipeline_names(plan) -> list[str]:
+    from flows import pipeline
+
+    return list(pipeline.pipeline(plan)["stages"])
+
+
 def test_missing_inputs_name_the_stage(tmp_path):
     cand = _candidate(tmp_path / "c.pt", "c")
     with pytest.raises(promote.InputError, match="run the gate stage first"):

@@ -28,6 +28,12 @@ def test_a_preset_changes_only_what_it_names():
     assert merged["selfplay"] == base["selfplay"]
     with pytest.raises(ParamsError, match="train.nett is not a params.yaml key"):
         runs.merge(base, {"train": {"nett": "b6c96"}})
+    # Weights and the evaluation's opponents are given whole: a preset's map replaces the base's.
+    ladder = {"gnugo-10": "gnugo --mode gtp --level 10"}
+    change = {"evaluate": {"opponents": ladder}, "selfplay": {"rules": {"aga": 1}}}
+    merged = runs.merge(base, change)
+    assert merged["evaluate"]["opponents"] == ladder and merged["selfplay"]["rules"] == {"aga": 1}
+    assert merged["evaluate"]["games"] == base["evaluate"]["games"]
     # Every shipped preset applies to the shipped params.yaml.
     assert "long" in runs.presets()
     for name in runs.presets():

@@ -54,8 +54,9 @@ def test_visits_sum_to_what_was_asked(leaves_per_game):
     assert not tree.pending.any()
 
 
-def test_search_captures_the_group_in_atari():
-    game = game_from_diagram(
+def atari():
+    """Black to move captures two White stones at (2, 0)."""
+    return game_from_diagram(
         """
         . X . . .
         X O O X .
@@ -66,6 +67,10 @@ def test_search_captures_the_group_in_atari():
         rules="chinese",
         to_move=BLACK,
     )
+
+
+def test_search_captures_the_group_in_atari():
+    game = atari()
     tree = S.search(game.b, score_evaluator, 200, params=PARAMS)
     visits = S.root_visits(tree, 0)
     best = max(visits, key=visits.get)
@@ -138,12 +143,28 @@ def reference_select(tree, g, n, params, is_root):
         prior = float(tree.edge_prior[g, e])
         forced = math.sqrt(params.forced_playouts_k * prior * total)
         if is_root and tree.explore[g] and params.forced_playouts_k > 0 and n_child < forced:
-            scores.append(1e20 + prior)
+            scores.append((1, prior))  # forced: before every unforced child, by prior
             continue
         q = tree.value_sum[g, child] / n_child if n_child else fpu
         explore = params.c_puct * max(parent_visits, 1) ** params.puct_exponent
-        scores.append(q + explore * prior / (1 + n_child))
-    return start + int(np.argmax(scores))
+        scores.append((0, q + explore * prior / (1 + n_child)))
+    return start + max(range(len(scores)), key=scores.__getitem__)  # the first of equals
+
+
+def test_forced_playouts_go_to_the_larger_priors_first():
+    """Every unvisited child of a full search's root is forced at first (sqrt(k P N) > 0):
+    they get their visits in prior order, the largest first, not in board order."""
+    roots = gb.new_boards(1, 7, max_moves=200)
+
+    def rising(leaves):  # priors growing along the board: board order is the worst order
+        policy = np.tile(np.arange(leaves.color.shape[1], dtype=np.float32) + 1, (leaves.games, 1))
+        return policy, np.zeros(leaves.games, np.float32)
+
+    tree = S.search(roots, rising, 10, params=PARAMS)  # forced_playouts_k 2, explore on
+    edges = np.arange(tree.first_edge[0, 0], tree.first_edge[0, 0] + tree.num_edges[0, 0])
+    top = tree.edge_move[0, edges[np.argsort(tree.edge_prior[0, edges])[-9:]]]
+    visited = {m for m, v in S.root_visits(tree, 0).items() if v}
+    assert visited == set(top.tolist())
 
 
 @pytest.mark.parametrize(
@@ -421,3 +442,128 @@ def test_a_node_without_moves_is_an_end_of_the_game():
     assert tree.visits[0, S.ROOT] == 30 and not tree.pending.any()
     children = [c for c in tree.edge_child[0, : tree.edge_count[0]] if c >= 0]
     assert children and all(tree.terminal[0, c] == 1 for c in children)
+
+
+@pytest.mark.parametrize("komi, pass_is_lost", [(7.5, True), (-20.5, False)])
+def test_a_pass_the_opponent_can_answer_with_a_win_is_seen_as_lost(komi, pass_is_lost):
+    """A net with a flat value and a strong pass prior: after Black's pass White can pass
+    back and win on the board, so Black's pass is a loss from its first visit on (without the
+    bound that visit would be worth the net's 0); with a komi that has Black ahead, it is
+    worth at least the net's value."""
+    game = game_from_diagram(
+        """
+        . . . . .
+        . X . O .
+        . . . . .
+        . O . X .
+        . . . . .
+        """,
+        rules="chinese",
+        to_move=BLACK,
+    )
+    game.set_komi(komi)
+
+    def flat_passing(leaves):
+        policy = np.full(leaves.color.shape, 0.01, np.float32)
+        policy[:, PASS] = 0.9
+        return policy, np.zeros(leaves.games, np.float32)
+
+    tree = S.search(game.b, flat_passing, 17, params=PARAMS._replace(forced_playouts_k=0.0))
+    edges = range(tree.first_edge[0, 0], tree.first_edge[0, 0] + tree.num_edges[0, 0])
+    (pass_edge,) = [e for e in edges if tree.edge_move[0, e] == PASS]
+    child = tree.edge_child[0, pass_edge]
+    q = tree.value_sum[0, child] / tree.visits[0, child]  # for Black, who passed
+    assert q == -1.0 if pass_is_lost else q >= 0.0
+
+
+# -- the Gumbel root -------------------------------------------------------------------------
+
+
+def mctx_sequence(m: int, n: int) -> list[int]:
+    """mctx's get_sequence_of_considered_visits, written out: the visits a considered move
+    has when the root's k-th walk takes it, in sequential halving of n walks over m moves."""
+    if m <= 1:
+        return list(range(n))
+    log2max = math.ceil(math.log2(m))
+    sequence, visits, considered = [], [0] * m, m
+    while len(sequence) < n:
+        for _ in range(max(1, int(n / (log2max * considered)))):
+            sequence.extend(visits[:considered])
+            for i in range(considered):
+                visits[i] += 1
+        considered = max(2, considered // 2)
+    return sequence[:n]
+
+
+@pytest.mark.parametrize("m", [1, 2, 3, 4, 7, 16])
+@pytest.mark.parametrize("n", [1, 5, 16, 20, 64, 99])
+def test_halving_schedule_is_mctx_sequence(m, n):
+    assert [S.halving_visits(m, n, k) for k in range(n)] == mctx_sequence(m, n)
+
+
+def _final_visits(m: int, n: int) -> list[int]:
+    """Each considered move's visits after the n walks of the schedule, most first."""
+    counts: dict[int, int] = {}
+    level_seen: dict[int, int] = {}
+    for wanted in mctx_sequence(m, n):
+        level_seen[wanted] = level_seen.get(wanted, 0) + 1
+        slot = level_seen[wanted] - 1  # the slot-th move to reach this level
+        counts[slot] = counts.get(slot, 0) + 1
+    return sorted(counts.values(), reverse=True)
+
+
+@pytest.mark.parametrize("visits", [17, 65, 101])
+def test_gumbel_root_spreads_its_visits_by_sequential_halving(visits):
+    """16 of the 82 moves of an empty 9x9 board get visits, in the schedule's amounts."""
+    roots = gb.new_boards(2, 9, max_moves=200)
+    tree = S.search(roots, random_evaluator(3), visits, params=PARAMS, considered=16,
+                    gumbel_rng=new_rng(2, 7))  # fmt: skip
+    for g in range(2):
+        got = sorted((v for v in S.root_visits(tree, g).values() if v), reverse=True)
+        assert got == _final_visits(16, visits - 1)
+        considered = tree.gumbel[g, : tree.num_edges[g, S.ROOT]] > -1e29
+        assert considered.sum() == 16
+    # Different draws consider different moves.
+    assert not np.array_equal(tree.gumbel[0] > -1e29, tree.gumbel[1] > -1e29)
+
+
+def test_gumbel_root_finds_the_capture_with_few_visits():
+    game = atari()
+    capture = gb.point(game.b.stride, 2, 0)
+    tree = S.search(game.b, score_evaluator, 40, params=PARAMS, considered=32)
+    assert S.gumbel_moves_all(tree, PARAMS)[0] == capture
+    targets, kept = S.gumbel_targets_all(tree, PARAMS, game.b.color.shape[1])
+    assert kept[0] == 39 and targets[0].argmax() == capture
+    assert targets[0].sum() == pytest.approx(1.0, abs=1e-5)
+    legal = gb.legal_all(game.b)[0]
+    assert (targets[0][legal] > 0).all() and not targets[0][~legal].any()
+
+
+def test_completed_q_target_improves_on_the_prior():
+    """An unvisited move keeps its prior's share relative to other unvisited moves (they share
+    the mixed value); the move whose search value is best gains over its prior."""
+    game = atari()
+    rng = np.random.default_rng(5)
+    prior = rng.random(game.b.color.shape[1]).astype(np.float32) + 0.1
+    capture = gb.point(game.b.stride, 2, 0)
+    prior[capture] = 3.0  # the largest prior: one of the 4 moves a draw-free root considers
+
+    def evaluate(leaves):
+        _, value = score_evaluator(leaves)
+        return np.broadcast_to(prior, leaves.color.shape).copy(), value
+
+    tree = S.search(game.b, evaluate, 12, params=PARAMS, considered=4)
+    targets, _ = S.gumbel_targets_all(tree, PARAMS, game.b.color.shape[1])
+    visits = S.root_visits(tree, 0)
+    edges = range(tree.first_edge[0, 0], tree.first_edge[0, 0] + tree.num_edges[0, 0])
+    priors = {int(tree.edge_move[0, e]): float(tree.edge_prior[0, e]) for e in edges}
+    unvisited = [m for m, v in visits.items() if v == 0]
+    ratios = [targets[0][m] / priors[m] for m in unvisited]
+    assert len(unvisited) > 10 and np.ptp(ratios) < 1e-4 * np.mean(ratios)
+    assert visits[capture] > 0 and targets[0][capture] / priors[capture] > max(ratios)
+
+
+def new_rng(games: int, seed: int) -> np.ndarray:
+    from gocore.playout import new_rng as make
+
+    return make(games, seed)

@@ -158,6 +158,23 @@ def test_stage_writes_shards_that_replay(tmp_path, tiny_model):
 
 
 @pytest.mark.slow
+def test_gumbel_self_play_replays_with_completed_q_targets(tmp_path, tiny_model):
+    """selfplay.search.root gumbel: the games replay, every row checks out, and each policy
+    target is the completed-Q policy, which covers every legal move (visited or not)."""
+    search = dict(small_params()["selfplay"]["search"], root="gumbel", gumbel_considered=4)
+    metrics, io = play(tmp_path, generation=1, model=tiny_model, search=search, games=4)
+    rows = check_generation(io.out)
+    full = [r for r in rows if r["policy_weight"] > 0]
+    assert metrics["games"] == 4 and len(full) > 10
+    for r in full:
+        game = replay(read_sgf(io.out / "sgf" / f"{r['game_id']}.sgf"), upto=r["turn"])
+        legal = gb.legal_all(game.b)[0]
+        n = r["board_size"]
+        local = [gb.point(game.b.stride, i % n, i // n) for i in range(n * n)] + [gb.PASS]
+        assert (np.array(r["policy_target"]) > 0).tolist() == [bool(legal[p]) for p in local]
+
+
+@pytest.mark.slow
 def test_same_seed_same_shards(tmp_path):
     play(tmp_path, name="a")
     play(tmp_path, name="b")
@@ -270,6 +287,40 @@ def test_many_slots_keep_every_row_right(tmp_path):
                  record_cheap_searches=True, side_position_probability=0.05)  # fmt: skip
     rows = check_generation(io.out)
     assert len(rows) > 1024
+
+
+class PassingNet(SP.UniformNet):
+    """Priors of 0.9 on pass: what a net trained on early-pass games proposes."""
+
+    def __call__(self, planes, glob, *, legal):
+        out = super().__call__(planes, glob, legal=legal)
+        policy = out["policy"] * 0.1
+        policy[:, -1] += 0.9 * (np.asarray(legal)[:, -1] > 0)
+        out["policy"] = policy / policy.sum(axis=1, keepdims=True)
+        return out
+
+
+def test_opening_moves_from_the_raw_policy_never_pass():
+    """The raw-policy opening plays on the board even when the policy would pass: a drawn
+    pass lets the opponent pass back and win, and teaches the net to pass early."""
+    params = SelfPlayParams.model_validate(
+        small_params(opening_moves=0.5, games=8, slots=8, early_fork_probability=0.0,
+                     side_position_probability=0.0, handicap_probability=0.0)["selfplay"]
+    )  # fmt: skip
+    sp = SP.SelfPlay(params.config(), PassingNet(0), games=8, slots=8, seed=3)
+    infos = [g.info for g in sp.run()]
+    opening = [
+        info.moves[i]
+        for info in infos
+        for i in range(len(info.moves))
+        if info.kinds[i] == SP.RAW_POLICY
+    ]
+    assert len(opening) > 20
+    assert gb.PASS not in opening
+    # The searches that follow do pass: it is only the opening's draws that may not.
+    searched = [m for info in infos for m, k in zip(info.moves, info.kinds, strict=True)
+                if k in (SP.FULL, SP.CHEAP)]  # fmt: skip
+    assert gb.PASS in searched
 
 
 def test_playout_cap_fraction():
