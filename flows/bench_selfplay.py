@@ -123,7 +123,8 @@ def bench_beside_a_busy_process(
 ) -> list[dict]:
     """Self-play's visits/s on an idle machine and with `busy` CPU-bound processes beside it
     (another job: GNU Go, a second engine, a build), with torch's default thread count (one
-    per core: the named baseline) and with params.yaml's `selfplay.threads`."""
+    per core: the named baseline) and with one thread: what `selfplay.threads` chooses
+    between."""
     import subprocess
     import sys
 
@@ -148,7 +149,7 @@ def bench_beside_a_busy_process(
         rows.append({"setting": label, "torch_threads": threads, "busy_processes": beside, **row})
 
     measure("torch default, idle", default, 0)
-    measure("selfplay.threads, idle", params.threads, 0)
+    measure("one thread, idle", 1, 0)
     measure("torch default, busy", default, busy)
-    measure("selfplay.threads, busy", params.threads, busy)
+    measure("one thread, busy", 1, busy)
     return rows

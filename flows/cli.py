@@ -546,7 +546,7 @@ def run_loop(
         str | None,
         typer.Option(
             help="Make the run folder from params.yaml with this preset on top "
-            "(flows/presets: long)."
+            "(flows/presets: hour, night, long)."
         ),
     ] = None,
     generations: Annotated[
@@ -577,6 +577,69 @@ def run_loop(
     ran = sum(r["ran"] for r in results)
     print(f"{len(results)} stages: {ran} ran, {len(results) - ran} were up to date")
     print(where(folder))
+
+
+@app.command("ablate")
+def ablate(
+    arms: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="The arms beside the full method: no-forced-playouts, no-global-pooling, "
+            "no-opponent-policy, no-ownership-score, no-go-features, gumbel, fixed-cap-<visits>."
+        ),
+    ] = None,
+    name: Annotated[str, typer.Option(help="The ablation: runs/ablate-<name>.")] = "paper",
+    budget: Annotated[
+        float | None,
+        typer.Option(help="Self-play network evaluations per arm (a new ablation needs it)."),
+    ] = None,
+    points: Annotated[
+        int | None, typer.Option(help="Compute points the budget is cut into (default 4).")
+    ] = None,
+    preset: Annotated[
+        str | None, typer.Option(help="The arms start from params.yaml with this preset on top.")
+    ] = None,
+    base: Annotated[
+        Path | None,
+        typer.Option(help="The params.yaml the arms start from (default: the source tree's)."),
+    ] = None,
+    show_report: Annotated[
+        bool, typer.Option("--report", help="Print the acceleration factors; run nothing.")
+    ] = False,
+    list_arms: Annotated[bool, typer.Option("--list", help="List the arms and exit.")] = False,
+) -> None:
+    """Run the KataGo paper's ablations side by side at matched self-play compute: each arm a
+    run folder under runs/ablate-<name>, evaluated on the same ladder at the same compute
+    points, Elo against compute in MLflow (experiment ablate-<name>) and elo.png. Run again
+    to go on (or with a larger --budget)."""
+    _quiet_prefect()
+    from mlflow.exceptions import MlflowException
+
+    from flows import ablate as A
+    from flows.loop import StageFailed, StageInterrupted
+
+    if list_arms:
+        for arm in A.ARMS:
+            print(f"{arm:<20} {A.ARMS[arm][0]}")
+        print(f"{'fixed-cap-<visits>':<20} {A.arm_change('fixed-cap-1')[0].replace(' 1 ', ' N ')}")
+        return
+    try:
+        if show_report and not (Path("runs") / f"ablate-{name}" / A.SPEC).exists():
+            raise A.AblationError(f"no ablation runs/ablate-{name}; run `tengen ablate` first")
+        ab = A.open_ablation(
+            name, arms, budget=None if show_report else budget, points=points, preset=preset,
+            base=base,
+        )  # fmt: skip
+        if show_report:
+            print(A.format_report(A.report(ab)))
+            return
+        rep = A.ablation_flow(name, list(ab.arms), ab.budget, points, preset, ab.base)
+    except (A.AblationError, StageFailed, StageInterrupted, MlflowException) as e:
+        print(f"tengen ablate: {e}", file=sys.stderr)
+        raise typer.Exit(2) from None
+    print(A.format_report(rep))
+    print(f"chart:     {ab.folder / 'elo.png'}   (and: cd {ab.folder} && dvc plots show)")
+    print(f"MLflow UI: mlflow ui --backend-store-uri {ab.store()}   (experiment {ab.experiment})")
 
 
 @app.command("serve")
@@ -739,8 +802,8 @@ def bench_threads(
         "params.yaml"
     ),
 ) -> None:
-    """Self-play beside a busy process: torch's default threads (baseline) against
-    params.yaml's selfplay.threads."""
+    """Self-play idle and beside a busy process: torch's default threads (baseline) against
+    one thread, the two choices of selfplay.threads."""
     from flows.bench_selfplay import bench_beside_a_busy_process
     from nets.config import SIZES
 
@@ -754,10 +817,12 @@ def bench_threads(
         rate, net_rate = r["selfplay_visits_per_s"], r["net_only_evals_per_s"]
         print(f"{r['setting']:>24} {r['torch_threads']:>7} {r['busy_processes']:>4} "
               f"{rate:>9,.0f} {net_rate:>11,.0f}")  # fmt: skip
-    base, ours = rows[2]["selfplay_visits_per_s"], rows[3]["selfplay_visits_per_s"]
+    idle = rows[1]["selfplay_visits_per_s"] / rows[0]["selfplay_visits_per_s"]
+    beside = rows[3]["selfplay_visits_per_s"] / rows[2]["selfplay_visits_per_s"]
     print(
-        f"beside {busy} busy process(es): selfplay.threads gives {ours / base:.1f}x the "
-        "visits/s of torch's default threads"
+        f"idle: one thread gives {idle:.2f}x the visits/s of torch's default threads; beside "
+        f"{busy} busy process(es): one thread gives {beside:.2f}x the visits/s of torch's "
+        "default threads"
     )
 
 

@@ -98,6 +98,38 @@ def clear_stale_locks(repo: str | Path) -> int:
     return dropped
 
 
+def lock_holders(repo: str | Path) -> set[int]:
+    """The live processes holding entries of DVC's read/write lock."""
+    path = Path(repo) / ".dvc" / "tmp" / "rwlock"
+    try:
+        lock = json.loads(path.read_text() or "{}")
+    except (FileNotFoundError, json.JSONDecodeError):
+        return set()
+    pids = {info["pid"] for info in lock.get("write", {}).values()}
+    pids |= {info["pid"] for infos in lock.get("read", {}).values() for info in infos}
+    return {pid for pid in pids if _alive(pid)}
+
+
+def wait_for_lock_holders(repo: str | Path, timeout: float, log=None) -> set[int]:
+    """Wait, up to `timeout` seconds, for the live processes that hold DVC's lock to end: a
+    loop killed with SIGKILL leaves its stage's dvc running on its own (DVC starts it in a
+    session of its own), and the next loop would fail on its lock ("is busy"). Returns the
+    holders still alive."""
+    import time
+
+    holders = lock_holders(repo)
+    if holders and log is not None:
+        log(f"waiting for DVC processes still holding the run's lock: {sorted(holders)}")
+    deadline = time.monotonic() + timeout
+    while holders and time.monotonic() < deadline:
+        time.sleep(0.5)
+        holders = lock_holders(repo)
+    return holders
+
+
+LOCK_WAIT = 900.0  # seconds a loop waits for a stage left running by a killed loop
+
+
 def failure(returncode: int, output: str) -> type[RuntimeError]:
     """StageInterrupted for a stage killed by a signal: dvc itself (a negative status), or
     the stage's command, which dvc reports as a negative status or, through a shell that does
@@ -147,14 +179,19 @@ def run_stage(
 
 
 @flow(name="tengen-loop")
-def loop(repo: str = ".", generations: int | None = None, more: int | None = None) -> list[dict]:
+def loop(
+    repo: str = ".", generations: int | None = None, more: int | None = None, start: int = 0
+) -> list[dict]:
     """Run (or resume) the run in `repo` (a git repository with DVC): dvc.yaml is written
     from its params.yaml (run.generations), then every stage of every generation, in order.
     In the source tree the stages depend on the code too; in a run folder outside it, with
     tengen installed, they do not.
 
     `generations` sets run.generations in params.yaml first; `more` sets it to the
-    generations already promoted plus `more` (what a scheduled run does each time)."""
+    generations already promoted plus `more` (what a scheduled run does each time). `start`
+    skips the stages of the generations before it, which the caller knows are done (tengen
+    ablate, growing a run one generation at a time, would otherwise ask DVC about every
+    earlier stage again)."""
     logger = get_run_logger()
     params_path = Path(repo) / "params.yaml"
     if more is not None:
@@ -169,6 +206,8 @@ def loop(repo: str = ".", generations: int | None = None, more: int | None = Non
     write_dvc_yaml(params_path, Path(repo) / "dvc.yaml", code_deps=in_source)
     if dropped := clear_stale_locks(repo):
         logger.info("resuming: dropped %d DVC lock entries of a killed run", dropped)
+    if still := wait_for_lock_holders(repo, LOCK_WAIT, logger.info):
+        logger.warning("DVC processes %s still hold the run's lock", sorted(still))
     parent = None
     if tracker is not None:
         if closed := tracker.close_dead_runs():
@@ -185,7 +224,7 @@ def loop(repo: str = ".", generations: int | None = None, more: int | None = Non
         if tracker is not None:
             tracker.client.log_param(parent, "run.generations", count)
             logger.info("MLflow: run %s in %s", parent, tracker.uri)
-        for n in range(count):
+        for n in range(start, count):
             stages = generation(n, plan)
             for stage in stages:
                 results.append(run_stage(stage.name, str(repo), parent, stage.report))

@@ -47,10 +47,8 @@ def merge(base: dict, change: dict, where: str = "") -> dict:
     return out
 
 
-def preset_params(name: str, base: Path) -> str:
-    """params.yaml's text for a preset: the base file's values with the preset's on top,
-    written as YAML after a header naming both and carrying the preset's comment lines (the
-    keys' own comments are in the source tree's params.yaml)."""
+def preset_change(name: str) -> tuple[dict, str]:
+    """A preset's changes and its comment lines."""
     path = PRESETS / f"{name}.yaml"
     if not path.is_file():
         raise ParamsError(f"no preset {name!r}; presets: {', '.join(presets())}")
@@ -60,17 +58,34 @@ def preset_params(name: str, base: Path) -> str:
         raise ParamsError(f"{path}: not valid YAML: {e}") from None
     if not isinstance(change, dict):
         raise ParamsError(f"{path}: expected a mapping of params.yaml sections")
-    try:
-        merged = merge(load_params(base), change)
-    except ParamsError as e:
-        raise ParamsError(f"{path}: {e}") from None
     header = "".join(
         line for line in path.read_text().splitlines(keepends=True) if line.startswith("#")
     ).rstrip()
-    return (
-        f"# params.yaml of a tengen run: {base} with preset {name!r} on top.\n"
-        f"# The preset's notes:\n{header}\n\n" + yaml.safe_dump(merged, sort_keys=False, width=100)
-    )
+    return change, header
+
+
+def preset_params(
+    name: str | None, base: Path, change: dict | None = None, note: str | None = None
+) -> str:
+    """params.yaml's text for a preset (None: none) with `change` on top of it: the base
+    file's values with the preset's and then `change`'s on top, written as YAML after a header
+    naming them and carrying the preset's comment lines and `note` (the keys' own comments are
+    in the source tree's params.yaml)."""
+    merged = load_params(base)
+    lines = [f"# params.yaml of a tengen run: {base}"
+             + (f" with preset {name!r} on top." if name else ".")]  # fmt: skip
+    if name is not None:
+        preset, header = preset_change(name)
+        try:
+            merged = merge(merged, preset)
+        except ParamsError as e:
+            raise ParamsError(f"{PRESETS / f'{name}.yaml'}: {e}") from None
+        lines += ["# The preset's notes:", header] if header else []
+    if change:
+        merged = merge(merged, change)
+    if note:
+        lines += [f"# {line}" for line in note.splitlines()]
+    return "\n".join(lines) + "\n\n" + yaml.safe_dump(merged, sort_keys=False, width=100)
 
 
 def _run(folder: Path, *cmd: str) -> None:
@@ -82,16 +97,23 @@ def _run(folder: Path, *cmd: str) -> None:
         raise ParamsError(message) from None
 
 
-def create_run(folder: Path, preset: str, base: Path = SOURCE / "params.yaml") -> Path:
-    """A new run folder with the preset's params.yaml, as a git repository with DVC, made
-    beside `folder` and renamed into place when whole. The stages are the installed
-    tengen's (dvc.yaml without code deps)."""
+def create_run(
+    folder: Path,
+    preset: str | None,
+    base: Path = SOURCE / "params.yaml",
+    *,
+    change: dict | None = None,
+    note: str | None = None,
+) -> Path:
+    """A new run folder with the preset's params.yaml (and `change` on top), as a git
+    repository with DVC, made beside `folder` and renamed into place when whole. The stages
+    are the installed tengen's (dvc.yaml without code deps)."""
     from flows.pipeline import write_dvc_yaml
     from gocore.atomic import output_dir
 
     if folder.exists():
         raise ParamsError(f"{folder} exists but has no params.yaml; remove it or pick another")
-    text = preset_params(preset, base)
+    text = preset_params(preset, base, change, note)
     with output_dir(folder) as tmp:
         write_text(text, tmp / "params.yaml")
         write_dvc_yaml(tmp / "params.yaml", tmp / "dvc.yaml", code_deps=False)
@@ -100,8 +122,9 @@ def create_run(folder: Path, preset: str, base: Path = SOURCE / "params.yaml") -
         _run(tmp, sys.executable, "-m", "dvc", "init", "-q")
         write_text("mlflow.db\nmlartifacts/\n", tmp / ".dvcignore")
         _run(tmp, "git", "add", "-A")
+        message = f"tengen run, preset {preset}" if preset else "tengen run"
         _run(tmp, "git", "-c", "user.name=tengen", "-c", "user.email=tengen@localhost",
-             "commit", "-qm", f"tengen run, preset {preset}")  # fmt: skip
+             "commit", "-qm", message)  # fmt: skip
     return folder
 
 

@@ -14,17 +14,10 @@ import torch
 
 from gocore.atomic import atomic_path
 from nets.config import NetConfig
+from nets.errors import CheckpointError
 from nets.model import GoNet
 
 FORMAT = "tengen-net-1"
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be used: unreadable, not ours, or not the expected net."""
-
-    def __init__(self, message: str, path: Path | None = None):
-        super().__init__(message)
-        self.path = path
 
 
 def save(model: GoNet, path: str | Path, meta: dict | None = None) -> Path:

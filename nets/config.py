@@ -14,6 +14,10 @@ import dataclasses
 
 N_PLANES = 18  # gocore.features.N_PLANES (nets does not import gocore)
 N_GLOBALS = 10
+# The Go-specific input planes (gocore.features' LIBERTIES_1..3, LADDERED..LADDER_CATCH,
+# OWN_PASS_ALIVE, OPPONENT_PASS_ALIVE): what the paper's "no Go-specific features" ablation takes
+# away, leaving the board, the stones, ko, the move history and the rules.
+GO_FEATURE_PLANES = (3, 4, 5, 12, 13, 14, 15, 16, 17)
 MAX_BOARD = 19
 # The score belief covers final score differences from -SCORE_RANGE to +SCORE_RANGE points in
 # half-point steps: every 19x19 score, with room for komi and captures under territory rules.
@@ -36,6 +40,7 @@ class NetConfig:
     planes: int = N_PLANES
     globals: int = N_GLOBALS
     score_range: int = SCORE_RANGE
+    go_features: bool = True  # False: the GO_FEATURE_PLANES are zeroed at the input
 
     def __post_init__(self):
         if self.kind not in ("resnet", "mobile"):
@@ -109,8 +114,16 @@ SIZES: dict[str, NetConfig] = {
 }
 
 
-def net_config(name: str) -> NetConfig:
+def net_config(name: str, *, global_pooling: bool = True, go_features: bool = True) -> NetConfig:
+    """The net of that size; `global_pooling=False` makes every trunk block a plain residual
+    block (the heads still pool: the value head cannot do without), `go_features=False` has it
+    see only the board, stones, ko, move history and rules (the KataGo paper's ablations)."""
     try:
-        return SIZES[name]
+        config = SIZES[name]
     except KeyError:
         raise ValueError(f"unknown net {name!r}; known: {', '.join(SIZES)}") from None
+    if not global_pooling:
+        config = dataclasses.replace(config, pool_blocks=(), pool_channels=0)
+    if not go_features:
+        config = dataclasses.replace(config, go_features=False)
+    return config

@@ -79,9 +79,9 @@ class Evaluator:
                 x_in[rows] = transform(x[rows], s)
         if self.autocast_dtype is not None:
             with torch.autocast("cuda", dtype=self.autocast_dtype):
-                out = self.model(x_in, g)
+                out = self.model(x_in, g, score_belief=False)
         else:
-            out = self.model(x_in, g)
+            out = self.model(x_in, g, score_belief=False)  # the search never reads it
         board_policy = out["policy"][:, :-1].float().reshape(b, t, t)
         ownership = out["ownership"].float()
         for s in range(1, SYMMETRIES):

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from nets.config import NetConfig
+from nets.config import GO_FEATURE_PLANES, NetConfig
 
 OFF_BOARD_LOGIT = -1e4  # added to policy logits off the board (finite, so fp16 stays sane)
 
@@ -210,20 +210,24 @@ class ValueHead(nn.Module):
         self.ownership = nn.Conv2d(c_val, 1, 1)
         self.score_belief = ScoreBelief(3 * c_val, hidden, config)
 
-    def forward(self, x: torch.Tensor, board: Board) -> dict[str, torch.Tensor]:
+    def forward(
+        self, x: torch.Tensor, board: Board, belief: bool = True
+    ) -> dict[str, torch.Tensor]:
         v = F.relu(
             self.norm(self.conv(x) * board.mask, board.mask, board.count)
         )  # (B, c_val, H, W)
         pooled = board.pool_value(v)  # (B, 3 c_val)
         h = F.relu(self.hidden(pooled))
         score = self.score(h)
-        return {
+        out = {
             "outcome": self.outcome(h),
             "score_mean": score[:, 0] * 20.0,  # scores are tens of points: a better-scaled output
             "score_stdev": F.softplus(score[:, 1]) * 20.0,
             "ownership": torch.tanh(self.ownership(v)).squeeze(1) * board.mask[:, 0],
-            "score_belief": self.score_belief(pooled),
         }
+        if belief:
+            out["score_belief"] = self.score_belief(pooled)
+        return out
 
 
 class ConvPolicyHead(nn.Module):
@@ -254,17 +258,21 @@ class AveragePoolValueHead(nn.Module):
         self.ownership = nn.Conv2d(c, 1, 1)
         self.score_belief = ScoreBelief(c, hidden, config)
 
-    def forward(self, x: torch.Tensor, board: Board) -> dict[str, torch.Tensor]:
+    def forward(
+        self, x: torch.Tensor, board: Board, belief: bool = True
+    ) -> dict[str, torch.Tensor]:
         mean = x.sum(dim=(2, 3)) / board.area  # (B, c)
         h = F.relu(self.hidden(mean))
         score = self.score(h)
-        return {
+        out = {
             "outcome": self.outcome(h),
             "score_mean": score[:, 0] * 20.0,
             "score_stdev": F.softplus(score[:, 1]) * 20.0,
             "ownership": torch.tanh(self.ownership(x)).squeeze(1) * board.mask[:, 0],
-            "score_belief": self.score_belief(mean),
         }
+        if belief:
+            out["score_belief"] = self.score_belief(mean)
+        return out
 
 
 class GoNet(nn.Module):
@@ -274,6 +282,11 @@ class GoNet(nn.Module):
         super().__init__()
         self.config = config
         c = config.channels
+        mask = None
+        if not config.go_features:  # the input planes it sees (the paper's ablation)
+            mask = torch.ones(1, config.planes, 1, 1)
+            mask[:, list(GO_FEATURE_PLANES)] = 0.0
+        self.register_buffer("input_mask", mask, persistent=False)
         self.stem = nn.Conv2d(config.planes, c, 5, padding=2, bias=False)
         self.global_bias = nn.Linear(config.globals, c, bias=False)
         blocks: list[nn.Module] = []
@@ -293,15 +306,21 @@ class GoNet(nn.Module):
             self.policy = PolicyHead(c, config.policy_channels)
             self.value = ValueHead(c, config)
 
-    def forward(self, planes: torch.Tensor, glob: torch.Tensor) -> dict[str, torch.Tensor]:
+    def forward(
+        self, planes: torch.Tensor, glob: torch.Tensor, *, score_belief: bool = True
+    ) -> dict[str, torch.Tensor]:
+        """The outputs above; without `score_belief` (the search never reads it, and at a
+        self-play batch it is half of b4c32's time) that one is left out."""
         board = Board(planes)
+        if self.input_mask is not None:
+            planes = planes * self.input_mask
         x = self.stem(planes) * board.mask  # (B, c, H, W)
         x = x + self.global_bias(glob)[:, :, None, None] * board.mask
         for block in self.blocks:
             x = block(x, board)
         x = F.relu(self.trunk_norm(x, board.mask, board.count))
         maps, passes = self.policy(x, board)
-        out = self.value(x, board)
+        out = self.value(x, board, score_belief)
         out["policy"] = torch.cat([maps[:, 0], passes[:, :1]], dim=1)  # (B, H*W + 1)
         out["opponent_policy"] = torch.cat([maps[:, 1], passes[:, 1:]], dim=1)
         return out

@@ -42,7 +42,7 @@ def finish(
     print its error (exit status 2)."""
     from mlflow.exceptions import MlflowException
 
-    from nets.checkpoint import CheckpointError
+    from nets.errors import CheckpointError  # not nets.checkpoint: no torch import
     from stages.tracking import stage_run
 
     # SIGTERM (the loop stopping, `kill`) as Ctrl-C: the temporary output is removed and the

@@ -64,12 +64,17 @@ def dvc(n: int, plan: Plan) -> list[DvcStage]:
     count = plan.evaluation.past_champions
     past = earlier[len(earlier) - count :] if count else []
     flag = f" --earlier {','.join(map(str, earlier))}" if earlier else ""
+    # Its params: every section it reads, less the schedule (evaluate.every, evaluate.at).
+    measured = tuple(
+        k for name in sections(Params) for k in
+        (EvaluateParams.measured() if name == "evaluate" else (name,))
+    )  # fmt: skip
     deps = [layout.champion_dir(n), *(layout.champion_dir(k) for k in past)]
     deps += [layout.eval_report(k) for k in earlier]
     deps += [layout.selfplay_report(k) for k in range(n + 1)]
     return [
         DvcStage(
-            f"evaluate-{n}", "stages.evaluate", f"--generation {n}{flag}", sections(Params),
+            f"evaluate-{n}", "stages.evaluate", f"--generation {n}{flag}", measured,
             deps=tuple(map(str, deps)), outs=(str(layout.eval_games(n)),),
             metrics=(str(layout.eval_report(n)),), plots=(str(layout.eval_history(n)),),
         )

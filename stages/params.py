@@ -313,6 +313,16 @@ class TrainParams(Section):
     snapshots: int = Field(ge=1)
     seed: int
     threads: int = Field(ge=1)  # torch CPU threads of the train and ema stages
+    global_pooling: bool  # false: no global pooling in the trunk (the paper's ablation)
+    go_features: bool  # false: the net sees no liberties, ladders or pass-alive areas
+
+    def net_config(self):
+        """train.net's NetConfig, with this section's switches."""
+        from nets.config import net_config
+
+        return net_config(
+            self.net, global_pooling=self.global_pooling, go_features=self.go_features
+        )
 
 
 class LossParams(Section):
@@ -368,6 +378,7 @@ class EvaluateParams(Section):
     """`evaluate:`."""
 
     every: int = Field(ge=0)  # evaluate every this many generations and after the last; 0: off
+    at: list[Annotated[int, Field(ge=0)]]  # and these generations (tengen ablate's points)
     games: int = Field(ge=1)  # per opponent
     board_size: int = Field(ge=2, le=19)
     rules: RulesName
@@ -396,6 +407,15 @@ class EvaluateParams(Section):
             if not command.strip():
                 raise ValueError(f"opponent {name}: an empty command line")
         return value
+
+    # When it runs, not what it measures: not a DVC params dependency of the evaluate stages,
+    # so that adding a generation to the schedule does not redo the evaluations made.
+    SCHEDULE: ClassVar[tuple[str, ...]] = ("every", "at")
+
+    @classmethod
+    def measured(cls) -> tuple[str, ...]:
+        """The keys the evaluate stages depend on (`evaluate.<key>`)."""
+        return tuple(f"evaluate.{k}" for k in cls.model_fields if k not in cls.SCHEDULE)
 
 
 class MlflowParams(Section):

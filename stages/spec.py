@@ -21,6 +21,7 @@ class Evaluation:
     """When the evaluate stage runs and what it plays."""
 
     every: int = 0  # evaluate every this many generations, and after the last; 0: never
+    at: tuple[int, ...] = ()  # and these generations
     past_champions: int = 0
     opponents: tuple[str, ...] = ()  # the fixed opponents' names, for the win-rate plot
 
@@ -33,8 +34,11 @@ class Plan:
     gated: bool = True  # gate.games > 0: each candidate plays the champion before promotion
 
     def evaluated(self, n: int) -> bool:
-        """Whether generation n has an evaluate stage: every `every` generations, and the last."""
+        """Whether generation n has an evaluate stage: every `every` generations and the last,
+        and the generations listed in `at`."""
         every = self.evaluation.every
+        if n in self.evaluation.at:
+            return True
         return every > 0 and ((n + 1) % every == 0 or n == self.generations - 1)
 
     def evaluated_before(self, n: int) -> list[int]:
@@ -62,7 +66,7 @@ def plan_of(raw: dict, source: str | Path) -> Plan:
     evaluation = Evaluation()
     if "evaluate" in raw:
         e = section(raw, "evaluate", EvaluateParams, source=source)
-        evaluation = Evaluation(e.every, e.past_champions, tuple(e.opponents))
+        evaluation = Evaluation(e.every, tuple(e.at), e.past_champions, tuple(e.opponents))
     gated = "gate" not in raw or section(raw, "gate", GateParams, source=source).games > 0
     return Plan(run.generations, tuple(lines(raw, source)), evaluation, gated)
 

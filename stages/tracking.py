@@ -72,6 +72,35 @@ def registered_model_name(params: MlflowParams) -> str:
     return f"{params.registered_model}-{exp}" if exp else params.registered_model
 
 
+# MLflow 3's UI opens an experiment without this tag on its GenAI traces page; tagged, it shows
+# the runs and their charts (the UI's ExperimentKind enum).
+EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
+
+
+def experiment(client, name: str, uri: str) -> str:
+    """The id of the experiment `name` in the store, made (tagged as model training, with its
+    artifacts beside a SQLite store) if it does not exist yet."""
+    import mlflow
+
+    exp = client.get_experiment_by_name(name)
+    if exp is None:
+        try:
+            return client.create_experiment(
+                name, artifact_location=_artifact_location(uri), tags=EXPERIMENT_KIND
+            )
+        except mlflow.exceptions.MlflowException:  # made by another process meanwhile
+            exp = client.get_experiment_by_name(name)
+    if exp.lifecycle_stage == "deleted":
+        raise ParamsError(
+            f"mlflow.experiment: {name!r} is deleted in {uri}; restore it (mlflow experiments "
+            f"restore --experiment-id {exp.experiment_id}) or name another"
+        )
+    if not set(EXPERIMENT_KIND) <= set(exp.tags):  # made before tengen tagged them
+        for key, value in EXPERIMENT_KIND.items():
+            client.set_experiment_tag(exp.experiment_id, key, value)
+    return exp.experiment_id
+
+
 class Tracker:
     """An MLflow store and experiment, opened for one workspace."""
 
@@ -86,24 +115,7 @@ class Tracker:
         self.uri = store_uri(params, base)
         self.client = mlflow.MlflowClient(self.uri)
         self.model_name = registered_model_name(params)
-        exp = self.client.get_experiment_by_name(params.experiment)
-        if exp is None:
-            try:
-                self.experiment_id = self.client.create_experiment(
-                    params.experiment, artifact_location=_artifact_location(self.uri)
-                )
-            except mlflow.exceptions.MlflowException:  # made by another process meanwhile
-                self.experiment_id = self.client.get_experiment_by_name(
-                    params.experiment
-                ).experiment_id
-        elif exp.lifecycle_stage == "deleted":
-            raise ParamsError(
-                f"mlflow.experiment: {params.experiment!r} is deleted in {self.uri}; restore it "
-                f"(mlflow experiments restore --experiment-id {exp.experiment_id}) or name "
-                "another"
-            )
-        else:
-            self.experiment_id = exp.experiment_id
+        self.experiment_id = experiment(self.client, params.experiment, self.uri)
 
     @property
     def workspace_tags(self) -> dict[str, str]:

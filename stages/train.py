@@ -28,7 +28,6 @@ import torch
 
 from gocore.atomic import atomic_path, output_dir, write_json
 from nets.checkpoint import save
-from nets.config import net_config
 from nets.losses import loss_terms
 from nets.model import GoNet
 from stages import cli, layout
@@ -81,7 +80,7 @@ def _load_state(previous: Path | None, params: TrainParams, device: str):
                 "generation first"
             )
         torch.manual_seed(params.seed)
-        return GoNet(net_config(params.net)).to(device), None, 0
+        return GoNet(params.net_config()).to(device), None, 0
     try:
         state = torch.load(state_path, map_location=device, weights_only=True)
     except Exception as e:  # noqa: BLE001 - torch raises many kinds on a corrupt file
@@ -94,7 +93,7 @@ def _load_state(previous: Path | None, params: TrainParams, device: str):
         raise InputError(
             f"train: {state_path} holds a {state['net']} net, params.yaml train.net is {params.net}"
         )
-    model = GoNet(net_config(params.net)).to(device)
+    model = GoNet(params.net_config()).to(device)
     try:
         model.load_state_dict(state["model"])
         samples = int(state["samples"])

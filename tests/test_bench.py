@@ -94,8 +94,8 @@ def test_bench_threads_measures_beside_a_busy_process():
     result = run_cli("bench", "threads", "--net", "b2c16", "--board", "5", "--seconds", "0.5")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    for setting in ("torch default, idle", "selfplay.threads, idle", "torch default, busy",
-                    "selfplay.threads, busy"):  # fmt: skip
+    for setting in ("torch default, idle", "one thread, idle", "torch default, busy",
+                    "one thread, busy"):  # fmt: skip
         [row] = [line for line in lines if line.strip().startswith(setting)]
         assert float(row.split()[-2].replace(",", "")) > 0, row
     assert "gives" in lines[-1] and "visits/s of torch's default threads" in lines[-1]

@@ -56,6 +56,7 @@ def trained(selfplay_generations, tmp_path_factory):
 TRAIN = train.TrainParams(
     net="b2c16", tensor=5, batch_size=16, samples_per_generation=64, lr_per_sample=1e-3,
     warmup_samples=0, warmup_factor=1.0, momentum=0.9, snapshots=4, seed=0, threads=1,
+    global_pooling=True, go_features=True,
 )  # fmt: skip
 
 

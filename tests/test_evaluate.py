@@ -48,6 +48,19 @@ def test_the_schedule_every_k_generations_and_after_the_last():
     raw = yaml.safe_load((REPO / "params.yaml").read_text())
     committed = yaml.safe_load((REPO / "dvc.yaml").read_text())
     assert committed == pipeline.pipeline(plan_of(raw, "params.yaml"))
+    # Generations listed in evaluate.at are evaluated too (tengen ablate's compute points), and
+    # the schedule is no params dep: adding a generation to it redoes no evaluation.
+    listed = Plan(7, evaluation=Evaluation(every=0, at=(1, 4)))
+    assert [n for n in range(7) if listed.evaluated(n)] == [1, 4]
+    assert [n for n in range(7) if Plan(7, evaluation=Evaluation(3, at=(0,))).evaluated(n)] == [
+        0, 2, 5, 6]  # fmt: skip
+    raw["evaluate"].update(every=0, at=[1])
+    first = pipeline.pipeline(plan_of(raw, "params.yaml"))["stages"]["evaluate-1"]
+    raw["evaluate"]["at"] = [1, 2]
+    second = pipeline.pipeline(plan_of(raw, "params.yaml"))["stages"]
+    assert second["evaluate-1"] == first and "evaluate-2" in second
+    assert "evaluate.games" in first["params"] and "device" in first["params"]
+    assert not {"evaluate", "evaluate.every", "evaluate.at"} & set(first["params"])
 
 
 def test_engine_command_lines(monkeypatch):

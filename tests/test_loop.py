@@ -17,11 +17,35 @@ from flows.loop import (
     STAGES,
     StageFailed,
     StageInterrupted,
+    clear_stale_locks,
     failure,
     generation_summary,
     loop,
+    wait_for_lock_holders,
 )
 from tests.conftest import make_run_repo, run_in
+
+
+def test_a_resumed_loop_drops_dead_lock_holders_and_waits_for_live_ones(tmp_path):
+    # A loop killed with SIGKILL leaves its stage's dvc running (in a session of its own),
+    # holding DVC's lock; the next loop must wait for it rather than fail on "is busy".
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.5)"])
+    lock = tmp_path / ".dvc" / "tmp" / "rwlock"
+    lock.parent.mkdir(parents=True)
+    lock.write_text(json.dumps({
+        "write": {"data/windows/gen-0": {"pid": dead.pid, "cmd": "dvc repro"}},
+        "read": {"reports/selfplay/gen-0.json": [{"pid": live.pid, "cmd": "dvc repro"}]},
+    }))  # fmt: skip
+    assert clear_stale_locks(tmp_path) == 1
+    assert list(json.loads(lock.read_text())["read"]) == ["reports/selfplay/gen-0.json"]
+    assert wait_for_lock_holders(tmp_path, timeout=0.2) == {live.pid}  # still running
+    said = []
+    start = time.monotonic()
+    assert wait_for_lock_holders(tmp_path, timeout=60, log=said.append) == set()
+    assert time.monotonic() - start < 30 and str(live.pid) in said[0]
+    live.wait()
 
 
 @pytest.mark.slow

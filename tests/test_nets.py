@@ -309,6 +309,38 @@ def test_net_config_names_and_dicts():
         NetConfig.from_dict({**config.as_dict(), "dropout": 0.1})
 
 
+def test_the_ablation_switches_of_a_net(tmp_path):
+    from gocore import features as F
+    from nets.config import GO_FEATURE_PLANES
+    from nets.model import GlobalPoolBlock
+
+    # nets does not import gocore: its list of Go-specific planes is checked against gocore's.
+    assert GO_FEATURE_PLANES == (
+        F.LIBERTIES_1, F.LIBERTIES_2, F.LIBERTIES_3, F.LADDERED, F.LADDERED + 1, F.LADDERED + 2,
+        F.LADDER_CATCH, F.OWN_PASS_ALIVE, F.OPPONENT_PASS_ALIVE,
+    )  # fmt: skip
+    plain = GoNet(net_config("b4c32", global_pooling=False))
+    assert not any(isinstance(m, GlobalPoolBlock) for m in plain.modules())
+    assert sum(isinstance(m, GlobalPoolBlock) for m in GoNet(net_config("b4c32")).modules()) == 2
+    torch.manual_seed(0)
+    blind = GoNet(net_config("b2c16", go_features=False)).eval()
+    planes, glob = inputs(4, 7)
+    with torch.no_grad():
+        out = blind(planes, glob)["policy"]
+        changed = planes.clone()
+        changed[:, list(GO_FEATURE_PLANES)] = 1.0 - changed[:, list(GO_FEATURE_PLANES)]
+        assert torch.equal(blind(changed, glob)["policy"], out)  # blind to those planes
+        stones = planes.clone()
+        stones[:, F.OWN] = 1.0 - stones[:, F.OWN]
+        assert not torch.allclose(blind(stones, glob)["policy"], out)  # not to the stones
+    # The switch travels in the checkpoint: a loaded net is as blind.
+    checkpoint.save(blind, tmp_path / "blind.pt")
+    loaded, _ = checkpoint.load(tmp_path / "blind.pt")
+    assert loaded.config.go_features is False and loaded.config == blind.config
+    with torch.no_grad():
+        assert torch.equal(loaded(changed, glob)["policy"], out)
+
+
 # ---------------------------------------------------------------------------------------------
 # The evaluator
 # ---------------------------------------------------------------------------------------------

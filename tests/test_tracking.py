@@ -87,6 +87,8 @@ def test_a_stage_run_nests_under_the_workspace_parent_and_records_failure(worksp
     assert done.data.tags["tengen.generation"] == "3"
     experiment = client.get_experiment(done.info.experiment_id)
     assert experiment.artifact_location == (workspace / "mlartifacts").as_uri()
+    # Marked as model training: MLflow 3's UI opens it on its runs, not its GenAI traces.
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
 
 
 def test_tracking_off_logs_nothing(workspace):
@@ -141,3 +143,14 @@ def test_a_deleted_experiment_is_named_not_a_traceback(workspace):
     tracker.client.delete_experiment(tracker.experiment_id)
     with pytest.raises(tracking.ParamsError, match="'tengen' is deleted.*restore it"):
         tracking.open_tracker(raw, "params.yaml")
+
+
+def test_an_experiment_made_before_the_kind_tag_gets_it(workspace):
+    from mlflow import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{workspace}/mlflow.db")
+    old = client.create_experiment("tengen")
+    raw = yaml.safe_load((workspace / "params.yaml").read_text())
+    assert tracking.open_tracker(raw, "params.yaml").experiment_id == old
+    tags = client.get_experiment(old).tags
+    assert tags["mlflow.experimentKind"] == "custom_model_development"

@@ -73,6 +73,7 @@ def _params(**kw):
     values = dict(
         net="b2c16", tensor=5, batch_size=16, samples_per_generation=64, lr_per_sample=1e-4,
         warmup_samples=32, warmup_factor=0.5, momentum=0.9, snapshots=2, seed=0, threads=1,
+        global_pooling=True, go_features=True,
     )  # fmt: skip
     values.update(kw)
     return train.Params(

@@ -1,0 +1,188 @@
+"""`tengen ablate`: the arms' params, matched compute points, the acceleration factors, and a
+tiny ablation end to end (run folders, DVC, the evaluation ladder, MLflow's Elo-vs-compute
+metrics, the chart), resumed without redoing anything."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from flows import ablate as A
+from flows.runs import merge
+from stages import params as P
+from stages.params import load_params
+from tests.conftest import REPO
+
+REFERENCE_CURVE = [
+    {"evaluations": 1000.0, "elo": -200.0, "elo_stderr": 50.0},
+    {"evaluations": 2000.0, "elo": 0.0, "elo_stderr": 50.0},
+    {"evaluations": 4000.0, "elo": 200.0, "elo_stderr": 50.0},
+]
+
+
+def _arm(evaluations, elo, stderr=0.0):
+    return [{"evaluations": evaluations, "elo": elo, "elo_stderr": stderr}]
+
+
+def test_the_acceleration_factor_reads_the_reference_curve():
+    # The same Elo at the same compute: 1.
+    assert A.acceleration(REFERENCE_CURVE, _arm(2000, 0))["factor"] == 1.0
+    # Elo 100 at 1000 evaluations: the reference needs 2000 + 2000 * 100 / 200 = 3000 -> 3x.
+    assert A.acceleration(REFERENCE_CURVE, _arm(1000, 100))["factor"] == 3.0
+    # Elo -100 after 4000 evaluations: the reference had it at 1500 -> 0.375 (slower).
+    slow = A.acceleration(REFERENCE_CURVE, _arm(4000, -100, stderr=25.0))
+    assert slow["factor"] == 0.375 and slow["bound"] == ""
+    # Its interval: Elo -100 -+ 1.96 * 25 = -149 / -51 -> 1255 / 1745 evaluations.
+    low, high = slow["interval"]
+    assert low == pytest.approx((1000 + 1000 * 51.0 / 200) / 4000, abs=1e-3)
+    assert high == pytest.approx((1000 + 1000 * 149.0 / 200) / 4000, abs=1e-3)
+    # Beyond the reference's best: a lower bound; below its first point: an upper bound.
+    above = A.acceleration(REFERENCE_CURVE, _arm(2000, 300))
+    assert above["bound"] == ">" and above["factor"] == 2.0
+    below = A.acceleration(REFERENCE_CURVE, _arm(2000, -400))
+    assert below["bound"] == "<" and below["factor"] == 0.5
+    # A dip of the reference between points is noise: its best so far counts.
+    dipping = [*REFERENCE_CURVE[:2], {"evaluations": 3000.0, "elo": -50.0, "elo_stderr": 0.0},
+               REFERENCE_CURVE[2]]  # fmt: skip
+    assert A.acceleration(dipping, _arm(1000, 0))["factor"] == 2.0
+    assert A.acceleration([], _arm(1000, 0))["factor"] is None
+
+
+def test_every_arm_is_a_valid_params_yaml_on_the_shipped_defaults():
+    base = load_params(REPO / "params.yaml")
+    ab = A.Ablation("t", REPO / "runs" / "ablate-t", (A.REFERENCE, "gumbel"), 1e6, 2)
+    models = {"selfplay": P.SelfPlayParams, "train": P.TrainParams, "loss": P.LossParams,
+              "evaluate": P.EvaluateParams, "mlflow": P.MlflowParams}  # fmt: skip
+    for arm in [*A.ARMS, "fixed-cap-32"]:
+        raw = merge(base, ab.change(arm))
+        parsed = {k: P.section(raw, k, m, source=arm) for k, m in models.items()}
+        # Every arm is rated on the fixed ladder alone, at its compute points only.
+        assert parsed["evaluate"].every == 0 and parsed["evaluate"].past_champions == 0
+        assert parsed["mlflow"].experiment == f"ablate-t/{arm}"
+        root = parsed["selfplay"].search.root
+        assert root == ("gumbel" if arm == "gumbel" else "puct"), arm
+    raw = merge(base, ab.change("fixed-cap-32"))
+    assert raw["selfplay"]["full_visits"] == 32 and raw["selfplay"]["full_probability"] == 1.0
+    assert merge(base, ab.change("no-global-pooling"))["train"]["global_pooling"] is False
+    assert merge(base, ab.change("no-go-features"))["train"]["go_features"] is False
+    no_aux = merge(base, ab.change("no-ownership-score"))
+    assert no_aux["loss"]["ownership"] == 0 and no_aux["loss"]["score_pdf"] == 0
+    assert no_aux["loss"]["policy"] == base["loss"]["policy"]
+    assert merge(base, ab.change("no-forced-playouts"))["selfplay"]["search"][
+        "forced_playouts_k"] == 0  # fmt: skip
+    with pytest.raises(A.AblationError, match="unknown arm 'no-komi'"):
+        A.arm_change("no-komi")
+
+
+def test_an_ablation_is_made_once_and_can_only_grow(tmp_path):
+    with pytest.raises(A.AblationError, match="needs --budget"):
+        A.open_ablation("x", ["gumbel"], budget=None, points=None, root=tmp_path)
+    with pytest.raises(A.AblationError, match="at least one arm"):
+        A.open_ablation("x", [], budget=10, points=None, root=tmp_path)
+    with pytest.raises(A.AblationError, match="letters, digits"):
+        A.open_ablation("../x", ["gumbel"], budget=10, points=None, root=tmp_path)
+    ab = A.open_ablation("x", ["gumbel", "full"], budget=10, points=3, root=tmp_path)
+    assert ab.arms == ("full", "gumbel") and ab.targets() == pytest.approx([10 / 3, 20 / 3, 10])
+    (ab.folder).mkdir(parents=True)
+    (ab.folder / A.SPEC).write_text(json.dumps(ab.spec()))
+    again = A.open_ablation("x", ["no-go-features"], budget=None, points=None, root=tmp_path)
+    assert again.arms == ("full", "gumbel", "no-go-features") and again.budget == 10
+    with pytest.raises(A.AblationError, match="can grow, not shrink"):
+        A.open_ablation("x", None, budget=5, points=None, root=tmp_path)
+    with pytest.raises(A.AblationError, match="made with 3 points"):
+        A.open_ablation("x", None, budget=None, points=4, root=tmp_path)
+
+
+def _tiny_base(path):
+    params = load_params(REPO / "params.yaml")
+    params["run"]["generations"] = 1
+    params["selfplay"].update(games=2, slots=2, full_visits=8, cheap_visits=2, decided_visits=2,
+                              board_sizes={5: 1.0})  # fmt: skip
+    params["shuffle"].update(window_c=100, rows_per_file=50)
+    params["train"].update(net="b2c16", tensor=5, batch_size=16, samples_per_generation=64,
+                           warmup_samples=0, threads=1)  # fmt: skip
+    params["ema"].update(bn_batches=1, bn_batch_size=16, threads=1)
+    params["gate"]["games"] = 0
+    params["evaluate"].update(
+        games=2, board_size=5, komi=0.5, visits=2, workers=1, referee=None,
+        opponents={"random": "{tengen} gtp --player random --seed 1"}, anchor="random",
+    )  # fmt: skip
+    path.write_text(yaml.safe_dump(params))
+    return path
+
+
+@pytest.mark.slow
+def test_a_tiny_ablation_end_to_end_and_resumed(tmp_path, prefect_api, monkeypatch):
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    import mlflow
+
+    base = _tiny_base(tmp_path / "base.yaml")
+    runs = tmp_path / "runs"
+    # Two points on a budget that one tiny generation passes: the second point is the first's
+    # generation again, not another evaluation.
+    rep = A.ablation_flow("t", ["no-opponent-policy"], budget=2, points=2, base=str(base),
+                          root=str(runs))  # fmt: skip
+    folder = runs / "ablate-t"
+    assert set(rep["arms"]) == {"full", "no-opponent-policy"}
+    for arm, a in rep["arms"].items():
+        params = load_params(folder / arm / "params.yaml")
+        assert params["selfplay"]["search"]["root"] == "puct"
+        assert params["loss"]["opponent_policy"] == (0.0 if arm != "full" else 0.15)
+        assert params["evaluate"]["at"] == [0]  # one evaluation for both points
+        (point,) = a["points"]
+        assert point["generation"] == 0 and point["evaluations"] > 2
+        report = json.loads((folder / arm / "reports/eval/gen-0.json").read_text())
+        assert report["pairings"][0]["games"] == 2 and report["anchor"] == "random"
+        assert point["elo"] == report["elo"]
+        # The arm's stages are DVC's: nothing left to do.
+        status = _dvc_status(folder / arm)
+        assert status == {}, status
+    acc = rep["arms"]["no-opponent-policy"]["acceleration"]
+    assert acc is not None and "factor" in acc
+    assert (folder / "elo.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    plots = yaml.safe_load((folder / "dvc.yaml").read_text())["plots"]
+    assert set(next(iter(plots[0].values()))["y"]) == {
+        "points/full.json", "points/no-opponent-policy.json"}  # fmt: skip
+    assert json.loads((folder / "points/full.json").read_text())[0]["generation"] == 0
+    shown = subprocess.run([sys.executable, "-m", "dvc", "plots", "show", "--json"], cwd=folder,
+                           capture_output=True, text=True, check=True).stdout  # fmt: skip
+    (chart,) = json.loads(shown)["data"].values()
+    drawn = {row["filename"] for row in chart[0]["content"]["data"]["values"]}
+    assert drawn == {"full.json", "no-opponent-policy.json"}
+
+    # MLflow: an experiment marked model training, one run per arm, Elo stepped by compute.
+    client = mlflow.MlflowClient(f"sqlite:///{folder / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("ablate-t")
+    assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
+    arm_runs = {r.info.run_name: r for r in client.search_runs([exp.experiment_id])}
+    assert set(arm_runs) == {"full", "no-opponent-policy"}
+    for arm, run in arm_runs.items():
+        assert run.info.status == "FINISHED"
+        (elo,) = client.get_metric_history(run.info.run_id, "elo")
+        assert elo.step == round(rep["arms"][arm]["points"][0]["evaluations"])
+        assert "elo.png" in {f.path for f in client.list_artifacts(run.info.run_id)}
+    stage_exp = client.get_experiment_by_name("ablate-t/no-opponent-policy")
+    assert stage_exp.tags["mlflow.experimentKind"] == "custom_model_development"
+    before = len(client.search_runs([stage_exp.experiment_id]))
+
+    # Again: every point is there; nothing runs, nothing is logged twice.
+    again = A.ablation_flow("t", None, base=str(base), root=str(runs))
+    assert again["arms"] == rep["arms"]
+    assert len(client.search_runs([stage_exp.experiment_id])) == before
+    (elo,) = client.get_metric_history(arm_runs["full"].info.run_id, "elo")
+    text = A.format_report(again)
+    assert "full" in text and "1 (reference)" in text and "no-opponent-policy" in text
+
+
+def _dvc_status(folder):
+    out = subprocess.run(
+        [sys.executable, "-m", "dvc", "status", "--json"], cwd=folder, capture_output=True,
+        text=True, check=True,
+    ).stdout  # fmt: skip
+    return json.loads(out or "{}")
