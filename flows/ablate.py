@@ -7,14 +7,15 @@ network evaluations rather than generations (an arm with cheaper searches plays 
 generations): the budget is cut into `points` equal steps, and at each step every arm grows,
 one generation at a time, until its self-play has spent that many evaluations; then the
 champion of that generation plays the evaluation ladder (the base's `evaluate` section, the
-same opponents and games for every arm, no earlier champions: the fixed opponents alone rate
-it). The arms take turns step by step, so a stopped ablation leaves every arm at the same
+same opponents and games for every arm; earlier champions do not play, so the rating is one
+Bradley-Terry fit of the arm's games against the fixed opponents, its earlier points' games
+included). The arms take turns step by step, so a stopped ablation leaves every arm at the same
 compute, and `tengen ablate` again goes on from there (each arm's loop resumes by DVC).
 
 The reference arm, `full`, is the paper's method: the PUCT root with forced playouts and
-policy target pruning, playout cap randomization, global pooling, the auxiliary targets and
-the Go-specific input features. Each other arm takes one of them away, or (`gumbel`) puts
-Gumbel MuZero's root in place of PUCT's.
+policy target pruning, playout cap randomization with rows of full searches only, global
+pooling, the auxiliary targets and the Go-specific input features. Each other arm takes one
+of them away, or (`gumbel`) puts Gumbel MuZero's root in place of PUCT's.
 
 What a user sees:
 - MLflow (runs/ablate-<name>/mlflow.db, `tengen ui --repo runs/ablate-<name>/full` or
@@ -91,9 +92,10 @@ ARMS: dict[str, tuple[str, dict]] = {
     ),
 }
 FIXED_CAP = re.compile(r"^fixed-cap-(\d+)$")
-# What every arm shares: PUCT unless the arm says otherwise, and evaluations at the
-# ablation's compute points only, against the fixed opponents only.
-COMMON = {"selfplay": {"search": {"root": "puct"}}}
+# What every arm shares, as in the paper: a PUCT root unless the arm says otherwise, and
+# rows of full searches only (so that a fixed cap's arm records no more value rows than the
+# full method's); evaluations at the ablation's compute points only (Ablation.change).
+COMMON = {"selfplay": {"search": {"root": "puct"}, "record_cheap_searches": False}}
 
 
 class AblationError(ParamsError):
@@ -285,8 +287,8 @@ def _compute_at(curve: list[tuple[float, float]], elo: float) -> tuple[float | N
     gets there, and (its first compute, "<") for an Elo below its first point."""
     if not curve:
         return None, ""
-    if elo <= curve[0][1]:
-        return curve[0][0], "<" if elo < curve[0][1] else ""
+    if elo <= curve[0][1]:  # reached at the first point, or before: no later than it
+        return curve[0][0], "<"
     for (c0, e0), (c1, e1) in zip(curve, curve[1:], strict=False):
         if e0 < elo <= e1:
             return c0 + (c1 - c0) * (elo - e0) / (e1 - e0), ""
@@ -294,9 +296,9 @@ def _compute_at(curve: list[tuple[float, float]], elo: float) -> tuple[float | N
 
 
 def acceleration(reference: list[dict], arm: list[dict], z: float = 1.959964) -> dict:
-    """The arm's acceleration factor relative to the reference, as the paper reports them (section 5.2):
-    the self-play compute the reference needs to reach the arm's final Elo, divided by the
-    compute the arm spent on it. Above 1 the arm learns faster than the reference; an
+    """The arm's acceleration factor relative to the reference, as the paper reports them
+    (section 5.2): the self-play compute the reference needs to reach the arm's final Elo,
+    divided by the compute the arm spent on it. Above 1 the arm learns faster than the reference; an
     ablation of a technique that helps comes out below 1. The interval carries the arm's
     final Elo's 95% Bradley-Terry interval through the reference's curve (the curve's own
     error is not in it). A bound ("<" or ">") where the Elo lies outside the reference's
@@ -317,14 +319,15 @@ def acceleration(reference: list[dict], arm: list[dict], z: float = 1.959964) ->
         return (needed / spent if needed is not None and spent > 0 else None), bound
 
     value, bound = factor(last["elo"])
-    low, _ = factor(last["elo"] - z * last["elo_stderr"])
-    high, _ = factor(last["elo"] + z * last["elo_stderr"])
+    low, low_bound = factor(last["elo"] - z * last["elo_stderr"])
+    high, high_bound = factor(last["elo"] + z * last["elo_stderr"])
 
     def rnd(x):
         return None if x is None else round(x, 3)
 
     return {"factor": rnd(value), "bound": bound, "interval": [rnd(low), rnd(high)],
-            "elo": last["elo"], "elo_stderr": last["elo_stderr"], "evaluations": spent}  # fmt: skip
+            "interval_bounds": [low_bound, high_bound], "elo": last["elo"],
+            "elo_stderr": last["elo_stderr"], "evaluations": spent}  # fmt: skip
 
 
 def report(ab: Ablation) -> dict:
@@ -359,9 +362,8 @@ def format_report(rep: dict) -> str:
             factor, interval = "-", ""
         else:
             factor = f"{acc['bound']}{acc['factor']:.2f}x"
-            interval = (
-                "[" + ", ".join("-" if x is None else f"{x:.2f}" for x in acc["interval"]) + "]"
-            )
+            ends = zip(acc["interval"], acc.get("interval_bounds", ["", ""]), strict=True)
+            interval = "[" + ", ".join("-" if x is None else f"{b}{x:.2f}" for x, b in ends) + "]"
         evals = f"{last['evaluations']:,.0f}" if last else "-"
         rows.append(f"{arm:<22} {len(pts):>6} {evals:>12} {elo:>13} {factor:>13} {interval:>16}")
     rows.append(
@@ -486,15 +488,19 @@ def _prepare(ab: Ablation) -> None:
 
         subprocess.run([sys.executable, "-m", "dvc", "init", "--no-scm", "-q"], cwd=ab.folder,
                        check=True, capture_output=True)  # fmt: skip
-    write_json(ab.spec(), ab.folder / SPEC)
     base = Path(ab.base) if ab.base else SOURCE / "params.yaml"
     for arm in ab.arms:
         folder = ab.arm_folder(arm)
         if (folder / "params.yaml").exists():
             continue
         what, _ = arm_change(arm)
-        create_run(folder, ab.preset, base, change=ab.change(arm),
-                   note=f"tengen ablate {ab.name}, arm {arm}: {what}")  # fmt: skip
+        try:
+            create_run(folder, ab.preset, base, change=ab.change(arm),
+                       note=f"tengen ablate {ab.name}, arm {arm}: {what}")  # fmt: skip
+        except ParamsError as e:
+            raise AblationError(f"arm {arm} of {ab.folder}: {e}") from None
+    # Written once the arms exist: a bad preset or base is not locked into the ablation.
+    write_json(ab.spec(), ab.folder / SPEC)
 
 
 def advance(
@@ -506,10 +512,15 @@ def advance(
     such a generation. Returns (the point, whether it is new)."""
     from flows.runs import completed_generations
 
+    at = evaluated(folder)
+    if at and not (folder / layout.eval_report(at[-1])).exists():
+        # Its evaluation was stopped or failed (GNU Go missing, a signal): run it again first.
+        log(f"{folder.name}: evaluating generation {at[-1]} again (it did not finish)")
+        done = completed_generations(folder)
+        run_loop(str(folder), generations=max(done, at[-1] + 1), start=at[-1])
     for point in points_of(folder):
         if point["evaluations"] >= target:
             return point, False  # reached before (a resumed ablation)
-    at = evaluated(folder)
     done = completed_generations(folder)
     first = (at[-1] + 1) if at else 0
     g = next((k for k in range(first, done)

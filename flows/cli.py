@@ -617,6 +617,7 @@ def ablate(
 
     from flows import ablate as A
     from flows.loop import StageFailed, StageInterrupted
+    from stages.params import ParamsError
 
     if list_arms:
         for arm in A.ARMS:
@@ -634,7 +635,7 @@ def ablate(
             print(A.format_report(A.report(ab)))
             return
         rep = A.ablation_flow(name, list(ab.arms), ab.budget, points, preset, ab.base)
-    except (A.AblationError, StageFailed, StageInterrupted, MlflowException) as e:
+    except (ParamsError, StageFailed, StageInterrupted, MlflowException) as e:
         print(f"tengen ablate: {e}", file=sys.stderr)
         raise typer.Exit(2) from None
     print(A.format_report(rep))

@@ -107,7 +107,17 @@ def lock_holders(repo: str | Path) -> set[int]:
         return set()
     pids = {info["pid"] for info in lock.get("write", {}).values()}
     pids |= {info["pid"] for infos in lock.get("read", {}).values() for info in infos}
-    return {pid for pid in pids if _alive(pid)}
+    return {pid for pid in pids if _alive(pid) and _runs_dvc(pid)}
+
+
+def _runs_dvc(pid: int) -> bool:
+    """Whether the process is a dvc (not another that got a dead dvc's pid)."""
+    import psutil
+
+    try:
+        return any("dvc" in part for part in psutil.Process(pid).cmdline())
+    except psutil.Error:
+        return False
 
 
 def wait_for_lock_holders(repo: str | Path, timeout: float, log=None) -> set[int]:

@@ -73,8 +73,9 @@ def plots(plan: Plan) -> list[dict]:
         {title: {"x": "generation", "y": {history: columns}, "template": "linear"}}
         for title, columns in PLOTS.items()
     ]
-    if plan.evaluation.every:
-        ladder = str(layout.eval_history(last))
+    evaluated = [n for n in range(plan.generations) if plan.evaluated(n)]
+    if evaluated:  # the newest evaluation's history holds every evaluated generation
+        ladder = str(layout.eval_history(evaluated[-1]))
         out += [
             {"champion Elo against GNU Go (evaluate)": {
                 "x": "generation", "y": {ladder: ["elo"]}, "template": "linear"}},

@@ -51,6 +51,14 @@ def test_the_acceleration_factor_reads_the_reference_curve():
                REFERENCE_CURVE[2]]  # fmt: skip
     assert A.acceleration(dipping, _arm(1000, 0))["factor"] == 2.0
     assert A.acceleration([], _arm(1000, 0))["factor"] is None
+    # The interval's ends carry their own bounds: Elo 150 -+ 98 -> 2,520 evaluations and
+    # beyond the reference's best (at most its 4,000).
+    ends = A.acceleration(REFERENCE_CURVE, _arm(2000, 150, stderr=50.0))
+    assert ends["interval"] == [1.26, 2.0] and ends["interval_bounds"] == ["", ">"]
+    assert "[1.26, >2.00]" in A.format_report({"ablation": "t", "budget": 1.0, "points": [1.0],
+        "arms": {"x": {"points": _arm(2000, 150, 50.0), "acceleration": ends}}})  # fmt: skip
+    # The reference's first Elo: reached there or before it.
+    assert A.acceleration(REFERENCE_CURVE, _arm(1000, -200))["bound"] == "<"
 
 
 def test_every_arm_is_a_valid_params_yaml_on_the_shipped_defaults():
@@ -66,6 +74,7 @@ def test_every_arm_is_a_valid_params_yaml_on_the_shipped_defaults():
         assert parsed["mlflow"].experiment == f"ablate-t/{arm}"
         root = parsed["selfplay"].search.root
         assert root == ("gumbel" if arm == "gumbel" else "puct"), arm
+        assert parsed["selfplay"].record_cheap_searches is False  # the paper's rows
     raw = merge(base, ab.change("fixed-cap-32"))
     assert raw["selfplay"]["full_visits"] == 32 and raw["selfplay"]["full_probability"] == 1.0
     assert merge(base, ab.change("no-global-pooling"))["train"]["global_pooling"] is False
@@ -101,8 +110,9 @@ def test_an_ablation_is_made_once_and_can_only_grow(tmp_path):
 def _tiny_base(path):
     params = load_params(REPO / "params.yaml")
     params["run"]["generations"] = 1
-    params["selfplay"].update(games=2, slots=2, full_visits=8, cheap_visits=2, decided_visits=2,
-                              board_sizes={5: 1.0})  # fmt: skip
+    # Rows of full searches only in every arm (the paper's): half the searches full.
+    params["selfplay"].update(games=4, slots=4, full_visits=8, cheap_visits=2, decided_visits=2,
+                              full_probability=0.5, board_sizes={5: 1.0})  # fmt: skip
     params["shuffle"].update(window_c=100, rows_per_file=50)
     params["train"].update(net="b2c16", tensor=5, batch_size=16, samples_per_generation=64,
                            warmup_samples=0, threads=1)  # fmt: skip
@@ -178,6 +188,16 @@ def test_a_tiny_ablation_end_to_end_and_resumed(tmp_path, prefect_api, monkeypat
     (elo,) = client.get_metric_history(arm_runs["full"].info.run_id, "elo")
     text = A.format_report(again)
     assert "full" in text and "1 (reference)" in text and "no-opponent-policy" in text
+
+    # An evaluation that did not finish (stopped, or GNU Go missing) is run again before the
+    # arm goes on: no generation is added for it.
+    arm = folder / "no-opponent-policy"
+    (arm / "reports/eval/gen-0.json").unlink()
+    resumed = A.ablation_flow("t", None, root=str(runs), base=str(base))
+    assert resumed["arms"]["no-opponent-policy"]["points"][0]["generation"] == 0
+    assert (arm / "reports/eval/gen-0.json").exists() and not (arm / "models/gen-1").exists()
+    assert load_params(arm / "params.yaml")["evaluate"]["at"] == [0]
+    assert _dvc_status(arm) == {}
 
 
 def _dvc_status(folder):

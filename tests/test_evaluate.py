@@ -52,6 +52,11 @@ def test_the_schedule_every_k_generations_and_after_the_last():
     # the schedule is no params dep: adding a generation to it redoes no evaluation.
     listed = Plan(7, evaluation=Evaluation(every=0, at=(1, 4)))
     assert [n for n in range(7) if listed.evaluated(n)] == [1, 4]
+    # Its plots read the newest evaluation's history (generation 6 has none).
+    read = {f for plot in pipeline.plots(listed) for f in next(iter(plot.values()))["y"]}
+    assert (
+        "reports/eval/history-gen-4.json" in read and "reports/eval/history-gen-6.json" not in read
+    )
     assert [n for n in range(7) if Plan(7, evaluation=Evaluation(3, at=(0,))).evaluated(n)] == [
         0, 2, 5, 6]  # fmt: skip
     raw["evaluate"].update(every=0, at=[1])

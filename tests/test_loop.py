@@ -31,7 +31,7 @@ def test_a_resumed_loop_drops_dead_lock_holders_and_waits_for_live_ones(tmp_path
     # holding DVC's lock; the next loop must wait for it rather than fail on "is busy".
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.5)"])
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.5)", "dvc"])
     lock = tmp_path / ".dvc" / "tmp" / "rwlock"
     lock.parent.mkdir(parents=True)
     lock.write_text(json.dumps({
@@ -46,6 +46,14 @@ def test_a_resumed_loop_drops_dead_lock_holders_and_waits_for_live_ones(tmp_path
     assert wait_for_lock_holders(tmp_path, timeout=60, log=said.append) == set()
     assert time.monotonic() - start < 30 and str(live.pid) in said[0]
     live.wait()
+    # A live process that is no dvc (a dead dvc's pid, reused) is not waited for.
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    lock.write_text(json.dumps({"read": {"x": [{"pid": other.pid, "cmd": "dvc repro"}]}}))
+    try:
+        assert wait_for_lock_holders(tmp_path, timeout=60) == set()
+    finally:
+        other.kill()
+        other.wait()
 
 
 @pytest.mark.slow
