@@ -437,8 +437,14 @@ class _Summary:
         self.client = mlflow.MlflowClient(ab.store())
         self.experiment_id = experiment(self.client, ab.experiment, ab.store())
         self.ab = ab
+        self._runs: dict[str, str] = {}  # arm -> run id, found or made once
 
     def run_of(self, arm: str) -> str:
+        if arm not in self._runs:
+            self._runs[arm] = self._find_or_make(arm)
+        return self._runs[arm]
+
+    def _find_or_make(self, arm: str) -> str:
         found = self.client.search_runs(
             [self.experiment_id], f"tags.`tengen.ablation_arm` = '{arm}'", max_results=1
         )
