@@ -124,6 +124,7 @@ def net_player(
             resign_after=resign_after,
             seed=0 if seed is None else seed,
             model_id=model_id,
+            considered=gate.search.considered,
         )
     except (ModelError, CheckpointError, ValueError) as e:
         raise typer.BadParameter(str(e), param_hint="--model") from None

@@ -251,7 +251,13 @@ def loop(
             logger.info(
                 "generation %d: %s, champion %s",
                 n,
-                "a candidate passed its gate" if promoted.get("promoted") else "no promotion",
+                (
+                    "no promotion"
+                    if not promoted.get("promoted")
+                    else "a candidate passed its gate"
+                    if plan.gated
+                    else "its candidate promoted (no gate)"
+                ),
                 f"{champion['id']} ({champion.get('net', '?')})" if champion else "none yet",
             )
         status = "FINISHED"

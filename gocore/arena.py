@@ -150,8 +150,12 @@ def play_match(
     temperature_start: float,
     temperature_end: float,
     max_moves_per_area: float = 3.0,
+    considered: int = 0,
 ) -> list[MatchGame]:
-    """One game per entry of a_is_black, all at once; A plays Black where a_is_black[g]."""
+    """One game per entry of a_is_black, all at once; A plays Black where a_is_black[g].
+    `considered` > 0: Gumbel roots of that many moves, each game's own draw choosing its
+    moves (no temperature); else PUCT roots, moves drawn from the visits with the
+    temperature."""
     a_is_black = np.asarray(a_is_black, np.bool_)
     games = len(a_is_black)
     rng = np.random.default_rng(seed)
@@ -173,22 +177,26 @@ def play_match(
         S.reset_all(tree)
         tree.explore[:] = 0  # no forced playouts: the visits are the search's own
         tree.centre[:] = np.nan
+        draws = rng.integers(0, 2**63, games, dtype=np.uint64) if considered else None
         S.search(
             roots, evaluate, np.where(over, 0, visits), params=params,
             leaves_per_game=leaves_per_game, tree=tree, leaves=leaves,
-            on_step=evaluate.update_centres,
+            on_step=evaluate.update_centres, considered=considered, gumbel_rng=draws,
         )  # fmt: skip
         playing = np.flatnonzero(~over)
-        counts, _ = S.policy_targets_all(tree, params, cells)
         moves = np.zeros(games, np.int64)
-        moves[playing] = S.choose_moves(
-            counts[playing],
-            roots.move_count[playing],
-            roots.size[playing],
-            rng,
-            start=temperature_start,
-            end=temperature_end,
-        )
+        if considered:
+            moves[playing] = S.gumbel_moves_all(tree, params)[playing]
+        else:
+            counts, _ = S.policy_targets_all(tree, params, cells)
+            moves[playing] = S.choose_moves(
+                counts[playing],
+                roots.move_count[playing],
+                roots.size[playing],
+                rng,
+                start=temperature_start,
+                end=temperature_end,
+            )
         play_some(roots, moves, ~over)
         over |= (roots.passes >= 2) | (roots.move_count >= max_moves)
     results = []

@@ -2,8 +2,8 @@
 board size and batch, beside the raw FLOP count of one evaluation (its named baseline: what the
 arithmetic alone would allow at the machine's measured matmul rate, printed as "% of peak").
 
-Training is a full step: forward, the paper's loss, backward, SGD with momentum. On a GPU (when
-one is present) the same runs with bf16 autocast and channels_last.
+Training is a full step: forward, the paper's loss, backward, SGD with momentum. Convolutions
+run channels_last, as in the stages; on a GPU (when one is present) with bf16 autocast too.
 """
 
 from __future__ import annotations
@@ -128,13 +128,11 @@ UNIT = LossWeights(**{f.name: 1.0 for f in dataclasses.fields(LossWeights)})
 
 def bench_one(name: str, board: int, batch: int, device: str, seconds: float) -> dict:
     config = SIZES[name]
-    model = GoNet(config).to(device)
+    # channels_last, as the evaluator and the train stage run it (on the CPU too).
+    model = GoNet(config).to(device, memory_format=torch.channels_last)
     cuda = device == "cuda"
-    if cuda:
-        model = model.to(memory_format=torch.channels_last)
     planes, glob = _inputs(config, board, batch, device)
-    if cuda:
-        planes = planes.to(memory_format=torch.channels_last)
+    planes = planes.to(memory_format=torch.channels_last)
     target = _targets(batch, board, device)
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda)
 

@@ -19,9 +19,12 @@ N_GLOBALS = 10
 # away, leaving the board, the stones, ko, the move history and the rules.
 GO_FEATURE_PLANES = (3, 4, 5, 12, 13, 14, 15, 16, 17)
 MAX_BOARD = 19
-# The score belief covers final score differences from -SCORE_RANGE to +SCORE_RANGE points in
-# half-point steps: every 19x19 score, with room for komi and captures under territory rules.
-SCORE_RANGE = MAX_BOARD * MAX_BOARD + 40
+# The score belief covers final score differences from -R to +R points in half-point steps, R =
+# the points of the input tensor + SCORE_MARGIN (every score of a board that fits, with room for
+# komi and captures under territory rules; KataGo sizes it by its pos_len the same way), at most
+# SCORE_RANGE (a 19x19 tensor). Its weights do not depend on R: one net serves every tensor.
+SCORE_MARGIN = 40
+SCORE_RANGE = MAX_BOARD * MAX_BOARD + SCORE_MARGIN
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,6 +67,11 @@ class NetConfig:
         d = dict(d)
         d["pool_blocks"] = tuple(d.get("pool_blocks", ()))
         return cls(**d)
+
+
+def score_range(config: NetConfig, tensor: int) -> int:
+    """R of the score belief for inputs of `tensor` x `tensor` points."""
+    return min(config.score_range, tensor * tensor + SCORE_MARGIN)
 
 
 def _resnet(blocks, channels, pool_blocks, pool, head, val, valfc) -> NetConfig:

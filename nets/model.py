@@ -4,7 +4,9 @@ trunk (Cazenave 2021) with Polygames-style heads; both give the same outputs.
 Inputs: planes (B, 18, T, T) from gocore.features (plane 0 is 1 on the board) and globals
 (B, 10). A board smaller than T sits in the top-left corner; every convolution output is
 multiplied by the board mask, and batch norms and poolings count only points on the board,
-so a 9x9 board gives the same outputs in a 9x9 tensor as in a 19x19 one.
+so a 9x9 board gives the same outputs in a 9x9 tensor as in a 19x19 one. When every board of a
+batch fills its tensor (a 9x9 run's rows and searches) the masks are all ones: the layers skip
+them and the batch norms are torch's own, a third of the elementwise passes.
 
 Outputs (a dict of tensors, B rows):
     policy          (B, T*T + 1)  logits of the move to play; the last is pass; off-board -inf
@@ -13,7 +15,8 @@ Outputs (a dict of tensors, B rows):
     score_mean      (B,)          final score difference predicted (player to move, points)
     score_stdev     (B,)          its standard deviation (> 0)
     ownership       (B, T, T)     in -1..1: +1 = the player to move's at the end
-    score_belief    (B, S)        logits over final score differences, S = 4 * score_range + 1
+    score_belief    (B, S)        logits over final score differences, S = 4 R + 1 with R =
+                                  nets.config.score_range(config, T)
 """
 
 from __future__ import annotations
@@ -22,22 +25,37 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from nets.config import GO_FEATURE_PLANES, NetConfig
+from nets.config import GO_FEATURE_PLANES, MAX_BOARD, NetConfig, score_range
 
 OFF_BOARD_LOGIT = -1e4  # added to policy logits off the board (finite, so fp16 stays sane)
 
 
-def score_values(config: NetConfig) -> torch.Tensor:
-    """The final score differences the score belief's bins stand for: -R, -R + 0.5, ..., R."""
-    r = config.score_range
+def score_values(config: NetConfig, tensor: int = MAX_BOARD) -> torch.Tensor:
+    """The final score differences the score belief's bins stand for at inputs of `tensor` x
+    `tensor` points: -R, -R + 0.5, ..., R."""
+    r = score_range(config, tensor)
     return torch.arange(-2 * r, 2 * r + 1, dtype=torch.float32) * 0.5
 
 
 class MaskedBatchNorm(nn.BatchNorm2d):
     """Batch norm whose statistics count only points on the board; the output is 0 off it."""
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
-        # x (B, C, H, W), mask (B, 1, H, W), count: number of on-board points in the batch.
+    def forward(self, x: torch.Tensor, board: Board) -> torch.Tensor:
+        # x (B, C, H, W); board.mask (B, 1, H, W), board.count: on-board points in the batch.
+        if board.full:  # the same statistics and running averages, in one fused kernel
+            if self.training:
+                self.num_batches_tracked += 1
+            return F.batch_norm(
+                x,
+                self.running_mean,
+                self.running_var,
+                self.weight,
+                self.bias,
+                self.training,
+                self.momentum,
+                self.eps,
+            )
+        mask, count = board.mask, board.count
         if self.training:
             mean = (x * mask).sum(dim=(0, 2, 3)) / count  # (C,)
             var = (((x - mean[None, :, None, None]) * mask) ** 2).sum(dim=(0, 2, 3)) / count
@@ -62,13 +80,19 @@ class Board:
         self.area = self.mask.sum(dim=(2, 3))  # (B, 1)
         self.count = self.mask.sum()  # scalar: on-board points in the batch
         self.width = torch.sqrt(self.area)  # (B, 1)
+        # Every board fills the tensor. Never in a trace (an export): it would be a constant.
+        self.full = not torch.jit.is_tracing() and bool(self.count == self.mask.numel())
+
+    def on(self, x: torch.Tensor) -> torch.Tensor:
+        """x with every point off the board set to 0."""
+        return x if self.full else x * self.mask
 
     def pool(self, x: torch.Tensor) -> torch.Tensor:
         """KataGo's global pooling: (B, C, H, W) -> (B, 3C) of mean, mean * (width - 14) / 10,
         and max over the board."""
         mean = x.sum(dim=(2, 3)) / self.area
         scaled = mean * (self.width - 14.0) / 10.0
-        top = (x + (self.mask - 1.0) * 1e4).amax(dim=(2, 3))
+        top = (x if self.full else x + (self.mask - 1.0) * 1e4).amax(dim=(2, 3))
         return torch.cat([mean, scaled, top], dim=1)
 
     def pool_value(self, x: torch.Tensor) -> torch.Tensor:
@@ -87,7 +111,7 @@ class NormActConv(nn.Module):
         self.conv = nn.Conv2d(c_in, c_out, kernel, padding=kernel // 2, bias=False)
 
     def forward(self, x: torch.Tensor, board: Board) -> torch.Tensor:
-        return self.conv(F.relu(self.norm(x, board.mask, board.count))) * board.mask
+        return board.on(self.conv(F.relu(self.norm(x, board))))
 
 
 class ResBlock(nn.Module):
@@ -116,11 +140,11 @@ class GlobalPoolBlock(nn.Module):
         self.second = NormActConv(c - c_pool, c, 3)
 
     def forward(self, x: torch.Tensor, board: Board) -> torch.Tensor:
-        y = F.relu(self.norm(x, board.mask, board.count))
-        regular = self.conv_regular(y) * board.mask  # (B, c - c_pool, H, W)
-        pooled = self.conv_pooled(y) * board.mask  # (B, c_pool, H, W)
-        pooled = F.relu(self.norm_pooled(pooled, board.mask, board.count))
-        regular = regular + self.pool_bias(board.pool(pooled))[:, :, None, None] * board.mask
+        y = F.relu(self.norm(x, board))
+        regular = board.on(self.conv_regular(y))  # (B, c - c_pool, H, W)
+        pooled = board.on(self.conv_pooled(y))  # (B, c_pool, H, W)
+        pooled = F.relu(self.norm_pooled(pooled, board))
+        regular = regular + board.on(self.pool_bias(board.pool(pooled))[:, :, None, None])
         return x + self.second(regular, board)
 
 
@@ -141,29 +165,33 @@ class InvertedResidual(nn.Module):
         self.norm_project = MaskedBatchNorm(c)
 
     def forward(self, x: torch.Tensor, board: Board) -> torch.Tensor:
-        m, n = board.mask, board.count
-        y = F.relu6(self.norm_expand(self.expand(x) * m, m, n))
-        y = F.relu6(self.norm_depthwise(self.depthwise(y) * m, m, n))
+        y = F.relu6(self.norm_expand(board.on(self.expand(x)), board))
+        y = F.relu6(self.norm_depthwise(board.on(self.depthwise(y)), board))
         gate = torch.sigmoid(self.excite(F.relu(self.squeeze(y.sum(dim=(2, 3)) / board.area))))
         y = y * gate[:, :, None, None]
-        return x + self.norm_project(self.project(y) * m, m, n)
+        return x + self.norm_project(board.on(self.project(y)), board)
 
 
 class ScoreBelief(nn.Module):
     """The paper's score belief: for each possible final score s, a small MLP of the pooled
     value features and of s itself (0.05 s and the parity of s) gives a logit; the logits are
-    then scaled by a learned positive factor. Returns (B, S) logits."""
+    then scaled by a learned positive factor. Returns (B, S) logits, S = 4 R + 1 for the input
+    tensor's R (a 9x9 tensor has a third of a 19x19 one's bins: the same logits for the scores
+    it can have)."""
 
     def __init__(self, features: int, hidden: int, config: NetConfig):
         super().__init__()
-        self.register_buffer("values", score_values(config), persistent=False)  # (S,)
+        self.config = config
+        self.register_buffer("values", score_values(config), persistent=False)  # (S,) widest
         self.from_features = nn.Linear(features, hidden)
         self.from_score = nn.Linear(2, hidden, bias=False)
         self.out = nn.Linear(hidden, 1)
         self.scale = nn.Linear(features, 1)
 
-    def forward(self, pooled: torch.Tensor) -> torch.Tensor:
-        s = self.values
+    def forward(self, pooled: torch.Tensor, tensor: int) -> torch.Tensor:
+        widest = (self.values.numel() - 1) // 4
+        cut = 2 * (widest - score_range(self.config, tensor))
+        s = self.values[cut : self.values.numel() - cut]
         parity = torch.remainder(s, 2.0).sub(1.0).abs()  # 1 at even scores, 0 at odd, .5 between
         score_features = torch.stack([0.05 * s, parity], dim=1)  # (S, 2)
         hidden = self.from_features(pooled)[:, None, :] + self.from_score(score_features)[None]
@@ -186,13 +214,13 @@ class PolicyHead(nn.Module):
         self.pass_out = nn.Linear(3 * c_head, 2, bias=False)
 
     def forward(self, x: torch.Tensor, board: Board) -> tuple[torch.Tensor, torch.Tensor]:
-        m, n = board.mask, board.count
-        p = self.conv_p(x) * m  # (B, c_head, H, W)
-        g = F.relu(self.norm_g(self.conv_g(x) * m, m, n))
+        p = board.on(self.conv_p(x))  # (B, c_head, H, W)
+        g = F.relu(self.norm_g(board.on(self.conv_g(x)), board))
         pooled = board.pool(g)  # (B, 3 c_head)
-        p = p + self.g_bias(pooled)[:, :, None, None] * m
-        maps = self.conv_out(F.relu(self.norm_p(p, m, n)))  # (B, 2, H, W)
-        maps = maps + (1.0 - m) * OFF_BOARD_LOGIT
+        p = p + board.on(self.g_bias(pooled)[:, :, None, None])
+        maps = self.conv_out(F.relu(self.norm_p(p, board)))  # (B, 2, H, W)
+        if not board.full:
+            maps = maps + (1.0 - board.mask) * OFF_BOARD_LOGIT
         return maps.flatten(2), self.pass_out(pooled)  # (B, 2, H*W), (B, 2)
 
 
@@ -213,9 +241,7 @@ class ValueHead(nn.Module):
     def forward(
         self, x: torch.Tensor, board: Board, belief: bool = True
     ) -> dict[str, torch.Tensor]:
-        v = F.relu(
-            self.norm(self.conv(x) * board.mask, board.mask, board.count)
-        )  # (B, c_val, H, W)
+        v = F.relu(self.norm(board.on(self.conv(x)), board))  # (B, c_val, H, W)
         pooled = board.pool_value(v)  # (B, 3 c_val)
         h = F.relu(self.hidden(pooled))
         score = self.score(h)
@@ -226,7 +252,7 @@ class ValueHead(nn.Module):
             "ownership": torch.tanh(self.ownership(v)).squeeze(1) * board.mask[:, 0],
         }
         if belief:
-            out["score_belief"] = self.score_belief(pooled)
+            out["score_belief"] = self.score_belief(pooled, x.shape[-1])
         return out
 
 
@@ -240,7 +266,9 @@ class ConvPolicyHead(nn.Module):
         self.pass_out = nn.Linear(c, 2)
 
     def forward(self, x: torch.Tensor, board: Board) -> tuple[torch.Tensor, torch.Tensor]:
-        maps = self.conv_out(x) + (1.0 - board.mask) * OFF_BOARD_LOGIT  # (B, 2, H, W)
+        maps = self.conv_out(x)  # (B, 2, H, W)
+        if not board.full:
+            maps = maps + (1.0 - board.mask) * OFF_BOARD_LOGIT
         mean = x.sum(dim=(2, 3)) / board.area  # (B, c)
         return maps.flatten(2), self.pass_out(mean)
 
@@ -271,7 +299,7 @@ class AveragePoolValueHead(nn.Module):
             "ownership": torch.tanh(self.ownership(x)).squeeze(1) * board.mask[:, 0],
         }
         if belief:
-            out["score_belief"] = self.score_belief(mean)
+            out["score_belief"] = self.score_belief(mean, x.shape[-1])
         return out
 
 
@@ -314,11 +342,11 @@ class GoNet(nn.Module):
         board = Board(planes)
         if self.input_mask is not None:
             planes = planes * self.input_mask
-        x = self.stem(planes) * board.mask  # (B, c, H, W)
-        x = x + self.global_bias(glob)[:, :, None, None] * board.mask
+        x = board.on(self.stem(planes))  # (B, c, H, W)
+        x = x + board.on(self.global_bias(glob)[:, :, None, None])
         for block in self.blocks:
             x = block(x, board)
-        x = F.relu(self.trunk_norm(x, board.mask, board.count))
+        x = F.relu(self.trunk_norm(x, board))
         maps, passes = self.policy(x, board)
         out = self.value(x, board, score_belief)
         out["policy"] = torch.cat([maps[:, 0], passes[:, :1]], dim=1)  # (B, H*W + 1)

@@ -72,8 +72,12 @@ class SearchResult:
     ownership: np.ndarray | None  # [n, n] from Black's side: the search's average
     seconds: float
     evaluations: int
+    choice: Move | None = None  # a Gumbel root's move (its own rule, not the most visited)
+    chose: bool = False  # whether `choice` is set (None is a pass)
 
     def best(self) -> Move | None:
+        if self.chose:
+            return self.choice
         visited = [m for m in self.moves if m.visits > 0]
         if visited:
             return visited[0].move
@@ -98,7 +102,10 @@ class NetPlayer:
         seed: int = 0,
         model_id: str = "",
         playouts: int = 128,
+        considered: int = 0,
     ):
+        """`considered` > 0: a Gumbel root of that many moves for genmove (deterministic:
+        no Gumbel draw), PUCT for open-ended analysis, which has no visit budget to halve."""
         if visits is None and seconds is None:
             raise ValueError("a search needs a visit cap, a time limit, or both")
         if visits is not None and visits < 1:
@@ -116,6 +123,9 @@ class NetPlayer:
         self.resign_after = resign_after
         self.model_id = model_id
         self.playouts = playouts
+        if considered < 0:
+            raise ValueError(f"considered must be >= 0 (got {considered})")
+        self.considered = considered
         self.last: SearchResult | None = None
         self._trees: dict[tuple, tuple] = {}
         self._raw: dict[tuple, dict] = {}
@@ -223,8 +233,10 @@ class NetPlayer:
             score_utility=self.params.score_utility, rng=self.rng, ownership=ownership,
         )  # fmt: skip
         next_report = None if interval is None else started + interval
-        # Open-ended analysis searches on; a move's search may stop once its move is settled.
+        # Open-ended analysis searches on; a move's search may stop once its move is settled
+        # (not a Gumbel root's: its halving schedule spends the whole budget).
         open_ended = should_stop is not None
+        considered = 0 if open_ended else self.considered
 
         def finished(now: float) -> bool:
             return (
@@ -232,25 +244,32 @@ class NetPlayer:
                 # At least the root's own evaluation: a move from the policy, never a blind pass.
                 or (deadline is not None and now >= deadline and tree.visits[0, S.ROOT] > 0)
                 or (should_stop is not None and should_stop())
-                or (not open_ended and self._settled(tree, visits, started, deadline, now))
+                or (
+                    not open_ended
+                    and not considered
+                    and self._settled(tree, visits, started, deadline, now)
+                )
             )
 
         def stop() -> bool:
             now = time.monotonic()
             return finished(now) or (next_report is not None and now >= next_report)
 
+        fresh = True
         while True:
             S.search(
                 roots, evaluate, visits, params=self.params, leaves_per_game=self.leaves_per_game,
                 tree=tree, leaves=leaves, on_step=evaluate.update_centres, stop=stop,
+                considered=considered if fresh else 0,  # the root, once: it stays Gumbel
             )  # fmt: skip
+            fresh = False
             now = time.monotonic()
             # Otherwise the search returned because a report is due, or the tree is full.
             if finished(now) or next_report is None or now < next_report:
                 break
             next_report = now + interval
-            yield self._result(trial, tree, evaluate, now - started)
-        yield self._result(trial, tree, evaluate, time.monotonic() - started)
+            yield self._result(trial, tree, evaluate, now - started, considered)
+        yield self._result(trial, tree, evaluate, time.monotonic() - started, considered)
 
     def _tree(self, roots, visits: int):
         """A preallocated tree and leaf boards for this board, reused across moves."""
@@ -285,7 +304,9 @@ class NetPlayer:
             return len(counts) == 1  # a single legal move
         return counts[0] - counts[1] > left
 
-    def _result(self, trial: Game, tree: S.Tree, evaluate: LeafEvaluator, seconds: float):
+    def _result(
+        self, trial: Game, tree: S.Tree, evaluate: LeafEvaluator, seconds: float, considered: int
+    ):
         g = 0
         to_move = trial.to_move
         side = 1.0 if to_move == BLACK else -1.0
@@ -315,6 +336,8 @@ class NetPlayer:
                 [[mean[(y + 1) * stride + x + 1] for x in range(n)] for y in range(n)]
             )
         root_visits = int(tree.visits[g, S.ROOT])
+        chose = bool(considered and root_visits > 1)
+        choice = trial.index_point(int(S.gumbel_moves_all(tree, self.params)[g])) if chose else None
         return SearchResult(
             to_move=to_move,
             visits=root_visits,
@@ -325,6 +348,8 @@ class NetPlayer:
             ownership=ownership,
             seconds=seconds,
             evaluations=evaluate.evaluations,
+            choice=choice,
+            chose=chose,
         )
 
     @staticmethod

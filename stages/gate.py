@@ -115,6 +115,7 @@ def run(params: Params, io: GateIO) -> dict:
                          .generate_state(1)[0]),
                 temperature_start=params.temperature_start,
                 temperature_end=params.temperature_end,
+                considered=params.search.considered,
             )  # fmt: skip
             for i, game in enumerate(batch):
                 wins += game.a_result

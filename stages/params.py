@@ -178,8 +178,14 @@ class MatchSearchSection(Section):
     """The search of a match (`gate.search`, the evaluate stage, `tengen gtp`): no noise, so
     no forced playouts and no root-only first-play urgency (in the paper both go with the
     noise of self-play's full searches); params.yaml refuses those keys here rather than
-    ignoring them."""
+    ignoring them. The root is PUCT's or a Gumbel root (its move the g + logits + sigma(q)
+    of sequential halving; deterministic in the GTP engine, g = 0, as mctx's gumbel_scale=0
+    for evaluation; drawn in the gate, whose games must differ)."""
 
+    root: Literal["puct", "gumbel"]
+    gumbel_considered: int = Field(ge=1)  # moves a Gumbel root considers (the paper: 16)
+    gumbel_c_visit: Real = Field(ge=0)
+    gumbel_c_scale: Real = Field(gt=0)
     c_puct: Real = Field(gt=0)
     puct_exponent: Real = Field(gt=0, le=1)
     fpu_reduction: Real = Field(ge=0)
@@ -190,12 +196,15 @@ class MatchSearchSection(Section):
         from gocore.search import SearchParams
 
         return SearchParams(
-            **self.model_dump(),
+            **self.model_dump(exclude={"root", "gumbel_considered"}),
             root_fpu_reduction=self.fpu_reduction,  # unused without noise; the same everywhere
             forced_playouts_k=0.0,
-            gumbel_c_visit=50.0,  # a match's roots are PUCT's: unused
-            gumbel_c_scale=0.1,
         )
+
+    @property
+    def considered(self) -> int:
+        """The moves a root considers: 0 for a PUCT root (gocore.search.search's argument)."""
+        return self.gumbel_considered if self.root == "gumbel" else 0
 
 
 # ---------------------------------------------------------------------------------------------

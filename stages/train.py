@@ -116,6 +116,9 @@ def run(params: Params, io: TrainIO) -> dict:
             f"one of the {params.snapshots} snapshots at least one batch of {params.batch_size}"
         )
     model, optimizer_state, samples = _load_state(io.previous, params, device)
+    # channels_last: a training step of b4c32 on 9x9 batches runs about 1.2x faster on the CPU
+    # (oneDNN's convolutions), as on a GPU.
+    model = model.to(memory_format=torch.channels_last)
     optimizer = torch.optim.SGD(
         model.parameters(), lr=params.lr_per_sample, momentum=params.momentum
     )
@@ -142,6 +145,7 @@ def run(params: Params, io: TrainIO) -> dict:
             arrays = next(data)
             batch = {k: torch.as_tensor(v, device=device) for k, v in arrays.items()}
             planes, glob = batch.pop("planes"), batch.pop("globals")
+            planes = planes.contiguous(memory_format=torch.channels_last)
             warm = samples < params.warmup_samples
             lr = params.lr_per_sample * params.batch_size * (params.warmup_factor if warm else 1.0)
             for group in optimizer.param_groups:

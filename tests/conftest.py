@@ -229,6 +229,10 @@ def default_section(name: str):
     return P.section(P.load_params(REPO / "params.yaml"), name, models[name], source="params.yaml")
 
 
+# A match search's root keys (stages.params.MatchSearchSection): a PUCT root.
+PUCT_ROOT = {"root": "puct", "gumbel_considered": 16, "gumbel_c_visit": 50.0, "gumbel_c_scale": 0.1}
+
+
 def search_params(**changes):
     """params.yaml's self-play search knobs (gocore.search.SearchParams), with `changes`."""
     return default_section("selfplay").search.params()._replace(**changes)

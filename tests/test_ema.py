@@ -113,8 +113,8 @@ def test_batch_norm_statistics_are_those_of_the_averaged_net(trained):
     seen = []
 
     def hook(module, args):
-        x, mask, count = args
-        seen.append(((x * mask).sum(dim=(0, 2, 3)) / count).detach())
+        x, board = args
+        seen.append(((x * board.mask).sum(dim=(0, 2, 3)) / board.count).detach())
 
     handle = norm.register_forward_pre_hook(hook)
     used = ema.update_batch_norm(model, iter(arrays for _, arrays in data), 3)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from gocore.arena import play_match
-from gocore.board import point_xy
+from gocore.board import PASS, point_xy
 from gocore.rules import PRESETS
 from gocore.selfplay import UniformNet
 from nets.checkpoint import save
@@ -19,7 +19,7 @@ from nets.model import GoNet
 from play.sgf import read_sgf, replay
 from stages import gate
 from stages.params import MatchSearchSection
-from tests.conftest import search_params
+from tests.conftest import PUCT_ROOT, search_params
 
 torch.set_num_threads(1)
 
@@ -62,6 +62,22 @@ def test_each_side_plays_with_its_own_net():
     assert sum(p in CORNERS for p in first_a) < 6
 
 
+def test_gumbel_roots_play_whole_games_that_differ():
+    """considered > 0: each move is the game's own Gumbel draw (no temperature); games with
+    the same nets and colours still differ, and every one is played to its end."""
+    games = play_match(
+        UniformNet(0), UniformNet(1), np.array([True, False] * 3), size=5,
+        rules=PRESETS["tromp-taylor"].with_komi(0.5), visits=8,
+        params=search_params(score_utility=0.0), leaves_per_game=2, seed=0,
+        temperature_start=0.5, temperature_end=0.1, considered=4,
+    )  # fmt: skip
+    openings = {tuple(int(m) for m in g.moves[:6]) for g in games}
+    assert len(openings) > 1
+    for g in games:
+        # Ended by two passes, or by the move limit (3 moves a point).
+        assert (g.moves[-2:] == PASS).all() or len(g.moves) >= 75
+
+
 def test_the_decision_and_its_early_stop():
     assert gate.decided(3, 3, 6, 3) is True
     assert gate.decided(0, 4, 6, 3) is False  # 2 games left cannot reach 3
@@ -71,7 +87,7 @@ def test_the_decision_and_its_early_stop():
 
 def _params(**kw):
     search = MatchSearchSection(c_puct=1.1, puct_exponent=0.5, fpu_reduction=0.2,
-                                virtual_loss=1.0, score_utility=0.0)  # fmt: skip
+                                virtual_loss=1.0, score_utility=0.0, **PUCT_ROOT)  # fmt: skip
     values = dict(games=6, win_fraction=0.5, early_stop=False, slots=3, visits=4,
                   leaves_per_game=2, board_size=5, rules="chinese", komi=0.5,
                   temperature_start=0.5, temperature_end=0.1, search=search, threads=1,
@@ -162,7 +178,7 @@ def test_the_score_utility_changes_the_gates_games(tmp_path):
 
     def games(name, **search):
         values = dict(c_puct=1.1, puct_exponent=0.5, fpu_reduction=0.2, virtual_loss=1.0,
-                      score_utility=0.0)  # fmt: skip
+                      score_utility=0.0, **PUCT_ROOT)  # fmt: skip
         values.update(search)
         params = _params(games=2, slots=2, visits=16, search=MatchSearchSection(**values))
         gate.run(

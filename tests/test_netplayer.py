@@ -26,12 +26,17 @@ from play.match import GtpClient
 from play.netplayer import NetPlayer
 from play.sgf import read_sgf, replay
 from stages.params import MatchSearchSection
-from tests.conftest import REPO, SHARED_SGF, game_from_diagram
+from tests.conftest import PUCT_ROOT, REPO, SHARED_SGF, game_from_diagram
 
 torch.set_num_threads(1)
 
 SEARCH = MatchSearchSection(
-    c_puct=1.1, puct_exponent=0.5, fpu_reduction=0.2, virtual_loss=1.0, score_utility=0.5
+    c_puct=1.1,
+    puct_exponent=0.5,
+    fpu_reduction=0.2,
+    virtual_loss=1.0,
+    score_utility=0.5,
+    **PUCT_ROOT,
 ).params()
 
 
@@ -399,6 +404,32 @@ def test_an_obvious_move_stops_the_search_early(tiny):
     full = player.last.visits
     assert full < 400  # the leader was out of reach before the cap
     assert player.last.moves[0].visits - player.last.moves[1].visits > 400 - full
+
+
+def test_a_gumbel_root_spends_its_budget_on_its_considered_moves(tiny):
+    """considered > 0: genmove's root is a deterministic Gumbel root (no draw: the considered
+    moves are those of the largest priors). It spends the whole visit budget (sequential
+    halving has no early stop, where PUCT stopped well short of it above), every visit goes to
+    a considered move, and the move played is one of the most visited of them."""
+    from play.models import load_evaluator
+
+    net, _ = load_evaluator(tiny)
+    player = NetPlayer(net, params=SEARCH, visits=64, considered=4)
+    game = Game(9, PRESETS["chinese"])
+    move = player.genmove(game, BLACK)
+    result = player.last
+    assert result.visits == 64 and result.chose and move == result.best()
+    by_prior = sorted(result.moves, key=lambda m: -m.prior)
+    considered = {m.move for m in by_prior[:4]}
+    visited = [m for m in result.moves if m.visits > 0]
+    assert {m.move for m in visited} == considered
+    assert sum(m.visits for m in visited) == 63  # the walks after the root's own evaluation
+    most = max(m.visits for m in visited)
+    assert move in {m.move for m in visited if m.visits == most}
+    # No Gumbel draw: the same seed (the net's random symmetries) gives the same search.
+    assert NetPlayer(net, params=SEARCH, visits=64, considered=4).genmove(game, BLACK) == move
+    with pytest.raises(ValueError, match="considered"):
+        NetPlayer(net, params=SEARCH, visits=64, considered=-1)
 
 
 @pytest.mark.slow

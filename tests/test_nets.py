@@ -60,12 +60,12 @@ def targets(batch: int, tensor: int, board: int | None = None, seed: int = 1):
 @pytest.mark.parametrize("name", list(SIZES))
 def test_output_shapes_for_every_size_and_board(name):
     model = GoNet(SIZES[name]).eval()
-    bins = 4 * SIZES[name].score_range + 1
     for tensor, board in [(19, 19), (9, 9), (19, 7)]:
         planes, glob = inputs(2, tensor, board)
         with torch.no_grad():
             out = model(planes, glob)
         t = tensor * tensor
+        bins = 4 * (t + 40) + 1  # every score of a board that fits, 40 points to spare
         assert out["policy"].shape == (2, t + 1) and out["opponent_policy"].shape == (2, t + 1)
         assert out["outcome"].shape == (2, 3) and out["score_belief"].shape == (2, bins)
         assert out["score_mean"].shape == (2,) and (out["score_stdev"] > 0).all()
@@ -80,22 +80,33 @@ def test_output_shapes_for_every_size_and_board(name):
 @pytest.mark.parametrize("name", SMALL)
 @pytest.mark.parametrize("training", [False, True])
 def test_a_small_board_in_a_large_tensor_gives_the_same_outputs(name, training):
+    """The 9x9 tensor takes the full-board path (no masks, torch's batch norm), the 19x19 one
+    the masked path: the same outputs, and in training the same running statistics."""
     torch.manual_seed(0)
     model = GoNet(SIZES[name])
+    twin = GoNet(SIZES[name])
+    twin.load_state_dict(model.state_dict())
     model.train(training)
+    twin.train(training)
     small_planes, glob = inputs(3, 9)
     large_planes = torch.zeros(3, 18, 19, 19)
     large_planes[:, :, :9, :9] = small_planes
     with torch.no_grad():
         small = model(small_planes, glob)
-        large = model(large_planes, glob)
+        large = twin(large_planes, glob)
     close = {"rtol": 1e-4, "atol": 1e-4}
     board_policy = large["policy"][:, :-1].reshape(3, 19, 19)[:, :9, :9].reshape(3, 81)
     assert torch.allclose(small["policy"][:, :-1], board_policy, **close)
     assert torch.allclose(small["policy"][:, -1], large["policy"][:, -1], **close)
     assert torch.allclose(small["ownership"], large["ownership"][:, :9, :9], **close)
-    for key in ("outcome", "score_mean", "score_stdev", "score_belief"):
+    for key in ("outcome", "score_mean", "score_stdev"):
         assert torch.allclose(small[key], large[key], **close), key
+    # The 9x9 tensor's score bins are the middle of the 19x19 one's: -121..121 of -401..401.
+    assert small["score_belief"].shape[1] == 4 * 121 + 1
+    cut = 2 * (401 - 121)
+    assert torch.allclose(small["score_belief"], large["score_belief"][:, cut:-cut], **close)
+    for (key, a), b in zip(model.state_dict().items(), twin.state_dict().values(), strict=True):
+        assert torch.allclose(a.float(), b.float(), rtol=1e-4, atol=1e-5), key
 
 
 @pytest.mark.parametrize("name", SMALL)
@@ -290,6 +301,12 @@ def test_export_to_torchscript_and_onnx(tmp_path):
     scripted = torch.jit.load(str(checkpoint.export_torchscript(model, tmp_path / "net.ts", 9)))
     with torch.no_grad():
         got = scripted(planes, glob)
+    for name, value in zip(checkpoint._Exported.OUTPUTS, got, strict=True):
+        assert torch.allclose(expected[name], value, atol=1e-5), name
+    # Traced on full boards, the export still masks a smaller board in its tensor.
+    planes, glob = inputs(3, 9, 7)
+    with torch.no_grad():
+        expected, got = model(planes, glob), scripted(planes, glob)
     for name, value in zip(checkpoint._Exported.OUTPUTS, got, strict=True):
         assert torch.allclose(expected[name], value, atol=1e-5), name
     onnx = pytest.importorskip("onnx")

@@ -302,10 +302,13 @@ class PassingNet(SP.UniformNet):
 
 def test_opening_moves_from_the_raw_policy_never_pass():
     """The raw-policy opening plays on the board even when the policy would pass: a drawn
-    pass lets the opponent pass back and win, and teaches the net to pass early."""
+    pass lets the opponent pass back and win, and teaches the net to pass early. (Under
+    Tromp-Taylor rules, where suicide is legal, a move on the board is there to play even
+    deep into these long openings; without suicide a full board can leave only the pass.)"""
     params = SelfPlayParams.model_validate(
         small_params(opening_moves=0.5, games=8, slots=8, early_fork_probability=0.0,
-                     side_position_probability=0.0, handicap_probability=0.0)["selfplay"]
+                     side_position_probability=0.0, handicap_probability=0.0,
+                     rules={"tromp-taylor": 1.0})["selfplay"]
     )  # fmt: skip
     sp = SP.SelfPlay(params.config(), PassingNet(0), games=8, slots=8, seed=3)
     infos = [g.info for g in sp.run()]
