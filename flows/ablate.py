@@ -479,6 +479,11 @@ class _Summary:
             for f in files:
                 self.client.log_artifact(run, str(f))
 
+    def start(self) -> None:
+        """Every arm's run, found or made, RUNNING while the ablation goes on."""
+        for arm in self.ab.arms:
+            self.client.update_run(self.run_of(arm), status="RUNNING")
+
     def finish(self, status: str) -> None:
         for arm in self.ab.arms:
             self.client.set_terminated(self.run_of(arm), status)
@@ -546,23 +551,27 @@ def advance(
 
 def run(ab: Ablation, *, log: Callable = print) -> dict:
     """Every arm to every compute point, the arms taking turns; the report."""
-    from flows.loop import loop
+    from flows.loop import loop, when_stopped
 
     _prepare(ab)
     summary = _Summary(ab)
     status = "FAILED"
     try:
-        for k, target in enumerate(ab.targets()):
-            for arm in ab.arms:
-                log(f"point {k + 1}/{ab.points}: {arm} to {target:,.0f} evaluations")
-                point, new = advance(ab.arm_folder(arm), target, loop, log)
-                if new:
-                    summary.log_point(arm, point)
-            rep = report(ab)
-            write_json(rep, ab.folder / "report.json")
-            write_plots(ab, rep)
-            write_chart(rep, ab.folder / "elo.png")
-        summary.log_artifacts([ab.folder / "elo.png", ab.folder / "report.json"])
+        summary.start()
+        # Ctrl-C in an arm's loop ends the process there (flows.loop.stop), past this
+        # `finally`: the hook marks the arms' runs KILLED then.
+        with when_stopped(lambda: summary.finish("KILLED")):
+            for k, target in enumerate(ab.targets()):
+                for arm in ab.arms:
+                    log(f"point {k + 1}/{ab.points}: {arm} to {target:,.0f} evaluations")
+                    point, new = advance(ab.arm_folder(arm), target, loop, log)
+                    if new:
+                        summary.log_point(arm, point)
+                rep = report(ab)
+                write_json(rep, ab.folder / "report.json")
+                write_plots(ab, rep)
+                write_chart(rep, ab.folder / "elo.png")
+            summary.log_artifacts([ab.folder / "elo.png", ab.folder / "report.json"])
         status = "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"

@@ -358,7 +358,7 @@ def match(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from gocore.rules import max_fixed_handicap
-    from play.match import Match, MatchConfig
+    from play.match import EngineStartError, Match, MatchConfig
 
     if handicap and not 2 <= handicap <= max_fixed_handicap(size):
         raise typer.BadParameter(
@@ -400,7 +400,12 @@ def match(
             if show:
                 _show_final_position(out / result.sgf, progress.console)
 
-        summary = Match(engine_a, engine_b, config, out, progress=report).run()
+        try:
+            summary = Match(engine_a, engine_b, config, out, progress=report).run()
+        except EngineStartError as e:
+            progress.stop()
+            console.print(f"[red]match: error: {e}; no game played")
+            raise typer.Exit(2) from None
     low, high = summary["a_win_rate_95ci"]
     rate = summary["a_win_rate"]
     console.print(

@@ -18,6 +18,7 @@ import re
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from prefect import flow, get_run_logger, task
@@ -275,6 +276,21 @@ def loop(
 
 # What a stop must reach: the stage's process, the MLflow run of the loop.
 _running: dict = {"stage": None, "tracker": None, "parent": None}
+# And what runs the loop (an ablation's MLflow runs): stop() ends the process with os._exit,
+# past every `finally` of its callers.
+_stop_hooks: list[Callable[[], None]] = []
+
+
+@contextlib.contextmanager
+def when_stopped(hook: Callable[[], None]):
+    """Call `hook` if a signal stops a loop run inside this block (its errors ignored)."""
+    _stop_hooks.append(hook)
+    try:
+        yield
+    finally:
+        _stop_hooks.remove(hook)
+
+
 STOP_GRACE = 15.0  # seconds a stage has to end its MLflow run and clean up before SIGKILL
 
 
@@ -307,6 +323,9 @@ def stop(signum: int, frame=None) -> None:
     if tracker is not None and parent is not None:
         with contextlib.suppress(Exception):
             tracker.client.set_terminated(parent, "KILLED")
+    for hook in reversed(_stop_hooks):
+        with contextlib.suppress(Exception):
+            hook()
     name = signal.Signals(signum).name
     print(f"tengen run: stopped by {name}; `tengen run` resumes where it stopped",
           file=sys.stderr, flush=True)  # fmt: skip

@@ -10,6 +10,7 @@ import json
 import math
 import queue
 import shlex
+import shutil
 import subprocess
 import threading
 import time
@@ -29,8 +30,23 @@ class EngineFailure(RuntimeError):
     """An engine that died, hung past its timeout, or broke the protocol."""
 
 
+class EngineStartError(EngineFailure):
+    """An engine whose command line does not start a program (not installed, a typo)."""
+
+
 class GtpCommandError(RuntimeError):
     """An engine answered `?` to a command."""
+
+
+def find_program(command: str) -> list[str]:
+    """A command line's words, its program found on PATH or else in /usr/games (where Debian
+    puts GNU Go); unchanged when neither has it (starting it then fails)."""
+    argv = shlex.split(command)
+    if argv and "/" not in argv[0] and shutil.which(argv[0]) is None:
+        found = shutil.which(argv[0], path="/usr/games")
+        if found is not None:
+            argv[0] = found
+    return argv
 
 
 class GtpClient:
@@ -43,13 +59,17 @@ class GtpClient:
         self.label = label
         self.timeout = timeout
         self._known: dict[str, bool] = {}
-        argv = shlex.split(command)
+        try:
+            argv = find_program(command)
+        except ValueError as e:  # shlex: an unclosed quote
+            raise EngineStartError(f"engine {label}: cannot read {command!r}: {e}") from None
         if not argv:
-            raise EngineFailure(f"engine {label}: empty command line")
+            raise EngineStartError(f"engine {label}: empty command line")
         stderr: Any = subprocess.DEVNULL
-        if log_dir is not None:
-            log_dir.mkdir(parents=True, exist_ok=True)
-            stderr = open(log_dir / f"{label}.stderr.log", "ab")  # noqa: SIM115 (lives with the process)
+        self.stderr_path = None if log_dir is None else log_dir / f"{label}.stderr.log"
+        if self.stderr_path is not None:
+            self.stderr_path.parent.mkdir(parents=True, exist_ok=True)
+            stderr = open(self.stderr_path, "ab")  # noqa: SIM115 (lives with the process)
         try:
             self.proc = subprocess.Popen(
                 argv,
@@ -62,7 +82,10 @@ class GtpClient:
                 bufsize=1,
             )
         except OSError as e:
-            raise EngineFailure(f"engine {label}: cannot start {command!r}: {e.strerror}") from None
+            hint = " (apt-get install -y gnugo)" if Path(argv[0]).name == "gnugo" else ""
+            raise EngineStartError(
+                f"engine {label}: cannot start {command!r}: {e.strerror}{hint}"
+            ) from None
         self._lines: queue.Queue[str | None] = queue.Queue()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -79,6 +102,12 @@ class GtpClient:
             name = self.send("name")
         except GtpCommandError:
             return self.label
+        except EngineFailure as e:
+            # It never answered: a program that is not a GTP engine, or one that exits on its
+            # arguments (its stderr says why).
+            log = f"; its stderr: {self.stderr_path}" if self.stderr_path is not None else ""
+            self.close()
+            raise EngineStartError(f"{e}, its first command{log}") from None
         try:
             version = self.send("version")
         except GtpCommandError:
@@ -233,6 +262,24 @@ class Match:
             self.clients[label] = client
         return client
 
+    def start(self) -> None:
+        """Start both engines and the referee; EngineStartError if a command line starts no
+        program, before any game is played (a forfeit of every game would read as a result)."""
+        for label in ("A", "B"):
+            try:
+                self._client(label)
+            except EngineStartError:
+                raise
+            except EngineFailure:
+                pass  # it started and then failed: it forfeits its games, one by one
+        if self.config.referee and self.referee is None:
+            self.referee = GtpClient(
+                self.config.referee,
+                label="referee",
+                timeout=self.config.timeout,
+                log_dir=self.out_dir / "logs",
+            )
+
     def close(self) -> None:
         for client in [*self.clients.values(), self.referee]:
             if client is not None:
@@ -383,6 +430,7 @@ class Match:
 
     def run(self) -> dict:
         try:
+            self.start()
             for number in range(1, self.config.games + 1):
                 result = self.play_game(number)
                 self.results.append(result)

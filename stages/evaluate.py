@@ -27,7 +27,14 @@ from pathlib import Path
 
 from gocore.atomic import output_dir, write_json
 from gocore.rules import PRESETS
-from play.match import GameResult, Match, MatchConfig, wilson_interval
+from play.match import (
+    EngineStartError,
+    GameResult,
+    Match,
+    MatchConfig,
+    find_program,
+    wilson_interval,
+)
 from play.models import UNIFORM
 from play.ratings import Pairing, RatingError, fit
 from stages import cli, layout
@@ -85,13 +92,10 @@ def engine_command(command: str) -> str:
     """A GTP command line with `{tengen}` as this interpreter's CLI, and `gnugo` found in
     /usr/games (where Debian puts it) when it is not on PATH."""
     command = command.replace("{tengen}", f"{shlex.quote(sys.executable)} -m flows.cli")
-    words = shlex.split(command)
+    words = find_program(command)
     if words and shutil.which(words[0]) is None:
-        found = shutil.which(words[0], path="/usr/games")
-        if found is None:
-            hint = " (apt-get install -y gnugo)" if words[0] == "gnugo" else ""
-            raise InputError(f"evaluate: `{words[0]}` is not installed{hint}: {command!r}")
-        words[0] = found
+        hint = " (apt-get install -y gnugo)" if words[0] == "gnugo" else ""
+        raise InputError(f"evaluate: `{words[0]}` is not installed{hint}: {command!r}")
     return shlex.join(words)
 
 
@@ -114,6 +118,10 @@ def play_pairing(
     def play(chunk: list[int]) -> list[GameResult]:
         match = Match(a, b, config, out)
         try:
+            try:
+                match.start()
+            except EngineStartError as e:
+                raise InputError(f"evaluate, pairing {name}: {e}") from None
             return [match.play_game(n) for n in chunk]
         finally:
             match.close()

@@ -206,3 +206,42 @@ def _dvc_status(folder):
         text=True, check=True,
     ).stdout  # fmt: skip
     return json.loads(out or "{}")
+
+
+@pytest.mark.slow
+def test_ctrl_c_in_an_arms_loop_marks_the_arms_runs_killed(tmp_path):
+    """`tengen ablate` on Prefect's own local server, Ctrl-C to its process group while the
+    first arm plays its games: the loop ends the process (os._exit, past the ablation's
+    `finally`), and the ablation's runs in MLflow are KILLED, not left RUNNING."""
+    import os
+    import signal
+    import time
+
+    import mlflow
+
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    base = _tiny_base(tmp_path / "base.yaml")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API")}
+    env["PREFECT_HOME"] = str(tmp_path / "prefect")
+    command = [sys.executable, "-m", "flows.cli", "ablate", "no-opponent-policy", "--name", "c",
+               "--budget", "2", "--points", "1", "--base", str(base)]  # fmt: skip
+    child = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+    folder = tmp_path / "runs" / "ablate-c"
+    marker = "full/data/selfplay/.gen-0.tmp-*"
+    deadline = time.time() + 600
+    while not list(folder.glob(marker)) and time.time() < deadline:
+        assert child.poll() is None, child.stderr.read()[-3000:]
+        time.sleep(0.1)
+    assert list(folder.glob(marker)), f"no {marker} within 10 minutes"
+    client = mlflow.MlflowClient(f"sqlite:///{folder / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("ablate-c")
+
+    def statuses():
+        return {r.info.run_name: r.info.status for r in client.search_runs([exp.experiment_id])}
+
+    assert statuses() == {"full": "RUNNING", "no-opponent-policy": "RUNNING"}
+    os.killpg(child.pid, signal.SIGINT)
+    assert child.wait(60) == 128 + signal.SIGINT
+    assert statuses() == {"full": "KILLED", "no-opponent-policy": "KILLED"}

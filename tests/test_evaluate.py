@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -170,6 +171,20 @@ def test_a_missing_champion_or_unknown_anchor_is_refused(tmp_path, monkeypatch):
     with pytest.raises(InputError, match="evaluate.anchor: 'gnugo-1' is not among"):
         evaluate.run(*evaluate.prepare(params_path, 0))
     assert not Path("reports/eval/gen-0").exists()
+
+
+def test_an_opponent_that_does_not_start_fails_the_stage_not_its_games(tmp_path, monkeypatch):
+    # A program that exits on its arguments (a mistyped flag): before, every game was its
+    # forfeit, and the champion's Elo a fiction.
+    monkeypatch.chdir(tmp_path)
+    exits = f"{sys.executable} -c \"import sys; sys.exit('unknown option --levle')\""
+    params_path = _params(tmp_path, opponents={"typo": exits}, anchor="typo", workers=1)
+    (tmp_path / "reports" / "selfplay").mkdir(parents=True)
+    (tmp_path / "reports" / "selfplay" / "gen-0.json").write_text('{"evaluations": 1}')
+    _champion(tmp_path, 0, 0)
+    with pytest.raises(InputError, match="pairing typo: engine B exited while answering 'name'"):
+        evaluate.run(*evaluate.prepare(params_path, 0))
+    assert not Path("reports/eval/gen-0").exists() and not Path("reports/eval/gen-0.json").exists()
 
 
 @pytest.mark.slow

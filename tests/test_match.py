@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from gocore.rules import PRESETS
-from play.match import Match, MatchConfig, wilson_interval
+from play.match import EngineStartError, Match, MatchConfig, find_program, wilson_interval
 from play.sgf import read_sgf, replay
 from tests.conftest import REPO, run_cli, tengen_command
 
@@ -104,8 +104,38 @@ def test_an_engine_that_dies_forfeits_and_is_restarted(tmp_path):
     assert summary["wins"] == {"A": 0, "B": 2}
 
 
-def test_a_command_that_does_not_start_is_a_clear_error(tmp_path):
-    config = MatchConfig(games=1, size=5)
-    summary = Match("/no/such/engine --gtp", tengen_command(), config, tmp_path).run()
-    (result,) = summary["results"]
-    assert result["reason"] == "engine failure" and "cannot start" in result["detail"]
+def test_a_command_that_does_not_start_is_refused_before_any_game(tmp_path):
+    config = MatchConfig(games=2, size=5)
+    with pytest.raises(EngineStartError, match="engine A: cannot start '/no/such/engine --gtp'"):
+        Match("/no/such/engine --gtp", tengen_command(), config, tmp_path).run()
+    assert not (tmp_path / "games").exists() and not (tmp_path / "summary.json").exists()
+    # Through the CLI: exit status 2, the engine named, no game scored as a forfeit.
+    out = tmp_path / "cli"
+    result = run_cli("match", tengen_command(), "no-such-gtp-engine", "--out", str(out))
+    assert result.returncode == 2
+    assert "engine B: cannot start 'no-such-gtp-engine'" in result.stderr
+    assert "no game played" in result.stderr and not (out / "summary.json").exists()
+    # A program that exits before answering `name` is no engine either; its stderr is kept.
+    exits = f"{sys.executable} -c \"import sys; sys.exit('no net here')\""
+    with pytest.raises(EngineStartError, match="engine B exited while answering 'name'") as e:
+        Match(tengen_command(), exits, config, tmp_path / "exits").run()
+    assert str(e.value).endswith(f"its stderr: {tmp_path / 'exits' / 'logs' / 'B.stderr.log'}")
+    assert (tmp_path / "exits" / "logs" / "B.stderr.log").read_text().strip() == "no net here"
+    with pytest.raises(EngineStartError, match="engine B: cannot read .*No closing quotation"):
+        Match(tengen_command(), "gnugo --mode 'gtp", config, tmp_path / "quote").run()
+    # A referee that does not start is refused the same way (scoring would change silently).
+    config = MatchConfig(games=1, size=5, referee="no-such-referee --mode gtp")
+    with pytest.raises(EngineStartError, match="engine referee: cannot start"):
+        Match(tengen_command(), tengen_command(), config, tmp_path / "ref").run()
+
+
+@pytest.mark.gnugo
+def test_gnugo_is_found_in_usr_games_off_path(gnugo_path, tmp_path, monkeypatch):
+    if not gnugo_path.startswith("/usr/games/"):
+        pytest.skip("GNU Go is not in /usr/games here")
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    assert find_program("gnugo --mode gtp") == [gnugo_path, "--mode", "gtp"]
+    config = MatchConfig(games=1, size=5, rules=PRESETS["chinese"])
+    summary = Match(tengen_command() + " --seed 2", "gnugo --mode gtp", config, tmp_path).run()
+    assert summary["engines"]["B"]["name"] == "GNU Go 3.8"
+    assert summary["results"][0]["reason"] in ("score", "resign")
