@@ -38,6 +38,11 @@ class GtpCommandError(RuntimeError):
     """An engine answered `?` to a command."""
 
 
+def install_hint(program: str) -> str:
+    """How to install a missing engine the project knows, for an error message."""
+    return " (apt-get install -y gnugo)" if Path(program).name == "gnugo" else ""
+
+
 def find_program(command: str) -> list[str]:
     """A command line's words, its program found on PATH or else in /usr/games (where Debian
     puts GNU Go); unchanged when neither has it (starting it then fails)."""
@@ -82,9 +87,8 @@ class GtpClient:
                 bufsize=1,
             )
         except OSError as e:
-            hint = " (apt-get install -y gnugo)" if Path(argv[0]).name == "gnugo" else ""
             raise EngineStartError(
-                f"engine {label}: cannot start {command!r}: {e.strerror}{hint}"
+                f"engine {label}: cannot start {command!r}: {e.strerror}{install_hint(argv[0])}"
             ) from None
         self._lines: queue.Queue[str | None] = queue.Queue()
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -272,13 +276,19 @@ class Match:
                 raise
             except EngineFailure:
                 pass  # it started and then failed: it forfeits its games, one by one
-        if self.config.referee and self.referee is None:
+        if self.config.referee:
+            self._referee()
+
+    def _referee(self) -> GtpClient:
+        """The referee's engine, (re)started when it is not running."""
+        if self.referee is None or self.referee.proc.poll() is not None:
             self.referee = GtpClient(
                 self.config.referee,
                 label="referee",
                 timeout=self.config.timeout,
                 log_dir=self.out_dir / "logs",
             )
+        return self.referee
 
     def close(self) -> None:
         for client in [*self.clients.values(), self.referee]:
@@ -380,14 +390,7 @@ class Match:
             return lists[0], "dead stones agreed by both engines"
         if cfg.referee:
             try:
-                if self.referee is None or self.referee.proc.poll() is not None:
-                    self.referee = GtpClient(
-                        cfg.referee,
-                        label="referee",
-                        timeout=cfg.timeout,
-                        log_dir=self.out_dir / "logs",
-                    )
-                ref = self.referee
+                ref = self._referee()
                 self._setup_engine(ref, [p for c, p in game.setup if c == BLACK])
                 moves = [f"play {_name(c)} {format_vertex(m, cfg.size)}" for c, m in game.moves]
                 for command, (ok, text) in zip(moves, ref.send_many(moves), strict=True):

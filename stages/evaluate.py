@@ -33,6 +33,7 @@ from play.match import (
     Match,
     MatchConfig,
     find_program,
+    install_hint,
     wilson_interval,
 )
 from play.models import UNIFORM
@@ -94,7 +95,7 @@ def engine_command(command: str) -> str:
     command = command.replace("{tengen}", f"{shlex.quote(sys.executable)} -m flows.cli")
     words = find_program(command)
     if words and shutil.which(words[0]) is None:
-        hint = " (apt-get install -y gnugo)" if words[0] == "gnugo" else ""
+        hint = install_hint(words[0])
         raise InputError(f"evaluate: `{words[0]}` is not installed{hint}: {command!r}")
     return shlex.join(words)
 
