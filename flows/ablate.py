@@ -553,6 +553,9 @@ def run(ab: Ablation, *, log: Callable = print) -> dict:
     """Every arm to every compute point, the arms taking turns; the report."""
     from flows.loop import loop, when_stopped
 
+    def arm_loop(repo: str, **kwargs):  # one MLflow loop run an arm, over its loops
+        return loop(repo, resume_run=True, **kwargs)
+
     _prepare(ab)
     summary = _Summary(ab)
     status = "FAILED"
@@ -564,7 +567,7 @@ def run(ab: Ablation, *, log: Callable = print) -> dict:
             for k, target in enumerate(ab.targets()):
                 for arm in ab.arms:
                     log(f"point {k + 1}/{ab.points}: {arm} to {target:,.0f} evaluations")
-                    point, new = advance(ab.arm_folder(arm), target, loop, log)
+                    point, new = advance(ab.arm_folder(arm), target, arm_loop, log)
                     if new:
                         summary.log_point(arm, point)
                 rep = report(ab)

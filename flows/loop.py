@@ -191,7 +191,11 @@ def run_stage(
 
 @flow(name="tengen-loop")
 def loop(
-    repo: str = ".", generations: int | None = None, more: int | None = None, start: int = 0
+    repo: str = ".",
+    generations: int | None = None,
+    more: int | None = None,
+    start: int = 0,
+    resume_run: bool = False,
 ) -> list[dict]:
     """Run (or resume) the run in `repo` (a git repository with DVC): dvc.yaml is written
     from its params.yaml (run.generations), then every stage of every generation, in order.
@@ -202,7 +206,9 @@ def loop(
     generations already promoted plus `more` (what a scheduled run does each time). `start`
     skips the stages of the generations before it, which the caller knows are done (tengen
     ablate, growing a run one generation at a time, would otherwise ask DVC about every
-    earlier stage again)."""
+    earlier stage again). `resume_run` logs to the run folder's latest loop run in MLflow
+    instead of a new one (what the ablation does, whose arms grow by loops of a generation:
+    one run for the arm, its run.generations a tag, since a param cannot change)."""
     logger = get_run_logger()
     params_path = Path(repo) / "params.yaml"
     if more is not None:
@@ -224,8 +230,8 @@ def loop(
         if closed := tracker.close_dead_runs():
             logger.info("MLflow: marked %d runs of a killed loop KILLED", closed)
         flow_run = get_run_context().flow_run
-        parent = tracker.start_loop(
-            f"loop {flow_run.name}", {"prefect.flow_run_id": str(flow_run.id)}
+        parent, _ = tracker.start_loop(
+            f"loop {flow_run.name}", {"prefect.flow_run_id": str(flow_run.id)}, resume_run
         )
     results = []
     status = "FAILED"
@@ -233,7 +239,10 @@ def loop(
     previous = _stop_on_signals()
     try:
         if tracker is not None:
-            tracker.client.log_param(parent, "run.generations", count)
+            if resume_run:
+                tracker.client.set_tag(parent, "run.generations", str(count))
+            else:
+                tracker.client.log_param(parent, "run.generations", count)
             logger.info("MLflow: run %s in %s", parent, tracker.uri)
         for n in range(start, count):
             stages = generation(n, plan)

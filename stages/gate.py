@@ -24,12 +24,12 @@ from gocore.atomic import output_dir, write_json
 from gocore.board import PASS, point_xy
 from gocore.rules import PRESETS
 from nets.checkpoint import CheckpointError, load
+from nets.model import parameter_count
 from play.models import load_evaluator
 from play.sgf import GameRecord, save_sgf
 from stages import cli, layout
 from stages.champions import previous_champion
 from stages.cli import InputError
-from stages.lines import size_of
 from stages.params import Device, GateParams, Section, read
 from stages.spec import DvcStage, Plan, sections
 from stages.tracking import model_digest
@@ -181,12 +181,13 @@ def prepare(
     skip = None
     if champion and candidate.is_file():
         try:
-            champion_net = load(Path(champion))[0].config.name
-            candidate_net = load(candidate)[0].config.name
+            held, challenger = load(Path(champion))[0], load(candidate)[0]
         except CheckpointError as e:
             raise InputError(f"gate: {e}; rerun the stage that wrote it") from None
-        if size_of(champion_net) > size_of(candidate_net):
-            skip = f"the champion is a {champion_net}, bigger than this {candidate_net}"
+        # The nets' own counts: a size without global pooling has more than its name's.
+        if parameter_count(held) > parameter_count(challenger):
+            skip = (f"the champion is a {held.config.name}, bigger than this "
+                    f"{challenger.config.name}")  # fmt: skip
     io = GateIO(
         generation=generation,
         candidate=candidate,

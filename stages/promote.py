@@ -23,6 +23,7 @@ from pathlib import Path
 
 from gocore.atomic import output_dir, write_json
 from nets.checkpoint import load
+from nets.model import parameter_count
 from stages import cli, data, layout
 from stages.champions import champion_in
 from stages.cli import InputError
@@ -125,7 +126,7 @@ def run(params: Params, io: PromoteIO) -> dict:
             if not c.candidate.is_file():
                 raise InputError(f"promote: {c.candidate} does not exist; run the ema stage first")
             model, meta = load(c.candidate)  # refuses a corrupt or foreign file
-            size = size_of(model.config.name)
+            size = parameter_count(model)  # not its size's: it may lack global pooling
             if size >= floor:
                 passed.append((size, c, model.config.name, meta))
     best = max(passed, key=lambda p: p[0]) if passed else None
@@ -181,13 +182,12 @@ def _champion_size(champion: dict | None, folder: Path | None) -> int:
     """The champion's parameter count (-1: none yet, so any candidate may be promoted)."""
     if champion is None:
         return -1
-    net = champion.get("net")
-    if net is None:  # a promotion.json from before nets were recorded
-        path = champion_in(folder) if folder is not None else None
-        if path is None:
-            return -1
-        net = load(path)[0].config.name
-    return size_of(net)
+    if "parameters" in champion:
+        return champion["parameters"]
+    path = champion_in(folder) if folder is not None else None
+    if path is not None:  # a promotion.json from before parameters were recorded
+        return parameter_count(load(path)[0])
+    return size_of(champion["net"]) if champion.get("net") else -1
 
 
 def elo_gain(wins: float, games: int) -> float:

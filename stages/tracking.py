@@ -179,7 +179,22 @@ class Tracker:
         self.client.set_terminated(run.info.run_id)
         return run.info.run_id
 
-    def start_loop(self, name: str, tags: dict[str, str]) -> str:
+    def start_loop(self, name: str, tags: dict[str, str], resume: bool = False) -> tuple[str, bool]:
+        """A loop's run: a new one, or with `resume` this workspace's latest loop run made
+        RUNNING again by this process (one run over the loops that grow a run a generation at
+        a time, as an ablation's arms do). Returns (its id, whether it is new)."""
+        if resume:
+            found = self.runs(
+                "tags.`tengen.launcher` = 'tengen run' and "
+                f"tags.`tengen.workspace_key` = '{self.workspace_tags['tengen.workspace_key']}'",
+                max_results=1,
+            )
+            if found:
+                run_id = found[0].info.run_id
+                self.client.update_run(run_id, status="RUNNING")
+                for key, value in {**tags, "tengen.pid": str(os.getpid())}.items():
+                    self.client.set_tag(run_id, key, value)
+                return run_id, False
         key = hashlib.sha256(os.urandom(16)).hexdigest()[:16]
         run = self.client.create_run(
             self.experiment_id,
@@ -192,7 +207,7 @@ class Tracker:
                 **tags,
             },
         )
-        return run.info.run_id
+        return run.info.run_id, True
 
     def model_versions(self, any_model: bool = False, **tags: str) -> list:
         """Registered versions of this run's model (of any model with `any_model`) with

@@ -181,6 +181,16 @@ def test_a_tiny_ablation_end_to_end_and_resumed(tmp_path, prefect_api, monkeypat
     assert stage_exp.tags["mlflow.experimentKind"] == "custom_model_development"
     before = len(client.search_runs([stage_exp.experiment_id]))
 
+    # The arm grew by loops of a generation (and one to evaluate): all in one loop run.
+    def loop_runs():
+        where = "tags.`tengen.launcher` = 'tengen run'"
+        return client.search_runs([stage_exp.experiment_id], where)
+
+    (loop_run,) = loop_runs()
+    assert loop_run.info.status == "FINISHED" and loop_run.data.tags["run.generations"] == "1"
+    stages = client.search_runs([stage_exp.experiment_id], "tags.`tengen.stage` != ''")
+    assert {r.data.tags.get("mlflow.parentRunId") for r in stages} == {loop_run.info.run_id}
+
     # Again: every point is there; nothing runs, nothing is logged twice.
     again = A.ablation_flow("t", None, base=str(base), root=str(runs))
     assert again["arms"] == rep["arms"]
@@ -198,6 +208,8 @@ def test_a_tiny_ablation_end_to_end_and_resumed(tmp_path, prefect_api, monkeypat
     assert (arm / "reports/eval/gen-0.json").exists() and not (arm / "models/gen-1").exists()
     assert load_params(arm / "params.yaml")["evaluate"]["at"] == [0]
     assert _dvc_status(arm) == {}
+    assert [r.info.run_id for r in loop_runs()] == [loop_run.info.run_id]
+    assert loop_runs()[0].info.status == "FINISHED"
 
 
 def _dvc_status(folder):

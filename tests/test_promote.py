@@ -197,3 +197,17 @@ def test_a_bigger_net_takes_over_and_is_never_given_back(tmp_path):
     assert result == {"generation": 2, "promoted": False, "champion": "gen-1-b4c32",
                       "champion_net": "b4c32"}  # fmt: skip
     assert generation(3, False, True)["champion"] == "gen-3-b4c32"
+
+
+def test_a_net_without_global_pooling_is_counted_by_its_own_parameters(tmp_path):
+    """The no-global-pooling ablation's nets keep their size's name (b4c32) with more
+    parameters than it (95,016, not 87,336): promote records the net's own count."""
+    torch.manual_seed(0)
+    plain = GoNet(net_config("b4c32", global_pooling=False))
+    path = save(plain, tmp_path / "gen-0/candidate.pt", {"model_id": "gen-0-b4c32"})
+    io = promote.PromoteIO(0, path, _decision(tmp_path / "gate-0.json", True),
+                           tmp_path / "gen-0/champion", None)  # fmt: skip
+    assert promote.run(promote.Params(), io)["champion"] == "gen-0-b4c32"
+    champion = json.loads((tmp_path / "gen-0/champion/promotion.json").read_text())["champion"]
+    own = sum(p.numel() for p in plain.parameters())
+    assert champion["net"] == "b4c32" and champion["parameters"] == own != size_of("b4c32")
