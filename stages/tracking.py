@@ -181,8 +181,9 @@ class Tracker:
 
     def start_loop(self, name: str, tags: dict[str, str], resume: bool = False) -> tuple[str, bool]:
         """A loop's run: a new one, or with `resume` this workspace's latest loop run made
-        RUNNING again by this process (one run over the loops that grow a run a generation at
-        a time, as an ablation's arms do). Returns (its id, whether it is new)."""
+        RUNNING again by this process, its host and pid tags this process's (one run over the
+        loops that grow a run a generation at a time, as an ablation's arms do). Returns (its
+        id, whether it is new)."""
         if resume:
             found = self.runs(
                 "tags.`tengen.launcher` = 'tengen run' and "
@@ -192,7 +193,7 @@ class Tracker:
             if found:
                 run_id = found[0].info.run_id
                 self.client.update_run(run_id, status="RUNNING")
-                for key, value in {**tags, "tengen.pid": str(os.getpid())}.items():
+                for key, value in {**tags, **self.workspace_tags}.items():  # host, pid: ours
                     self.client.set_tag(run_id, key, value)
                 return run_id, False
         key = hashlib.sha256(os.urandom(16)).hexdigest()[:16]
