@@ -230,7 +230,7 @@ def loop(
         if closed := tracker.close_dead_runs():
             logger.info("MLflow: marked %d runs of a killed loop KILLED", closed)
         flow_run = get_run_context().flow_run
-        parent, _ = tracker.start_loop(
+        parent = tracker.start_loop(
             f"loop {flow_run.name}", {"prefect.flow_run_id": str(flow_run.id)}, resume_run
         )
     results = []

@@ -179,11 +179,11 @@ class Tracker:
         self.client.set_terminated(run.info.run_id)
         return run.info.run_id
 
-    def start_loop(self, name: str, tags: dict[str, str], resume: bool = False) -> tuple[str, bool]:
+    def start_loop(self, name: str, tags: dict[str, str], resume: bool = False) -> str:
         """A loop's run: a new one, or with `resume` this workspace's latest loop run made
         RUNNING again by this process, its host and pid tags this process's (one run over the
-        loops that grow a run a generation at a time, as an ablation's arms do). Returns (its
-        id, whether it is new)."""
+        loops that grow a run a generation at a time, as an ablation's arms do). Returns its
+        id."""
         if resume:
             found = self.runs(
                 "tags.`tengen.launcher` = 'tengen run' and "
@@ -195,7 +195,7 @@ class Tracker:
                 self.client.update_run(run_id, status="RUNNING")
                 for key, value in {**tags, **self.workspace_tags}.items():  # host, pid: ours
                     self.client.set_tag(run_id, key, value)
-                return run_id, False
+                return run_id
         key = hashlib.sha256(os.urandom(16)).hexdigest()[:16]
         run = self.client.create_run(
             self.experiment_id,
@@ -208,7 +208,7 @@ class Tracker:
                 **tags,
             },
         )
-        return run.info.run_id, True
+        return run.info.run_id
 
     def model_versions(self, any_model: bool = False, **tags: str) -> list:
         """Registered versions of this run's model (of any model with `any_model`) with
