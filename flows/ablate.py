@@ -7,10 +7,13 @@ network evaluations rather than generations (an arm with cheaper searches plays 
 generations): the budget is cut into `points` equal steps, and at each step every arm grows,
 one generation at a time, until its self-play has spent that many evaluations; then the
 champion of that generation plays the evaluation ladder (the base's `evaluate` section, the
-same opponents and games for every arm; earlier champions do not play, so the rating is one
-Bradley-Terry fit of the arm's games against the fixed opponents, its earlier points' games
-included). The arms take turns step by step, so a stopped ablation leaves every arm at the same
-compute, and `tengen ablate` again goes on from there (each arm's loop resumes by DVC).
+same opponents and games for every arm; earlier champions do not play). The Elo of every point
+of every arm comes from one Bradley-Terry fit over all the arms' evaluation games (joint_fit):
+the ladder's fixed opponents are common players, so the arms are rated on one scale, and a
+handicap rung or the random player tells two arms apart that both lose every even game to the
+anchor (each arm's own evaluate stage fits that arm's games alone: it cannot).
+The arms take turns step by step, so a stopped ablation leaves every arm at the same compute,
+and `tengen ablate` again goes on from there (each arm's loop resumes by DVC).
 
 The reference arm, `full`, is the paper's method: the PUCT root with forced playouts and
 policy target pruning, playout cap randomization with rows of full searches only, global
@@ -22,8 +25,10 @@ What a user sees:
   `mlflow ui --backend-store-uri sqlite:///runs/ablate-<name>/mlflow.db`): experiment
   `ablate-<name>` (tagged as model training, so the UI opens on its runs) with one run per arm
   whose `elo` metric is logged with the self-play evaluations spent as its step: the compare
-  view of the arms draws Elo against compute for all of them in one chart. The arms' own
-  stage runs are in experiments `ablate-<name>/<arm>` of the same store.
+  view of the arms draws Elo against compute for all of them in one chart. A point's `elo` is
+  the fit over every arm's games when it was logged (`elo_arm`: the arm's own fit);
+  report.json, elo.png and `--report` fit again with every game. The arms' own stage runs
+  are in experiments `ablate-<name>/<arm>` of the same store.
 - runs/ablate-<name>/elo.png (also an artifact of every arm's run) and a DVC plot
   (`cd runs/ablate-<name> && dvc plots show`): each arm's points/<arm>.json.
 - `tengen ablate --name <name> --report`: each arm's acceleration factor against the full
@@ -330,14 +335,54 @@ def acceleration(reference: list[dict], arm: list[dict], z: float = 1.959964) ->
             "elo_stderr": last["elo_stderr"], "evaluations": spent}  # fmt: skip
 
 
+def joint_fit(ab: Ablation, arms: dict[str, list[dict]]) -> dict:
+    """One Bradley-Terry fit over every arm's evaluation games, each arm's champions named
+    <arm>/gen-N: the ladder's opponents are the same players for every arm, so the arms'
+    Elo come out on one scale. Each arm's own evaluate stage fits its own games alone: its
+    points come apart there, on the random player or a handicap rung, but two arms whose
+    champions all lose every game to the anchor do not (at its first point, each arm's Elo
+    is the same prior-pinned value, whatever it did against the rest of the ladder)."""
+    from play.ratings import Pairing, fit
+
+    def name(arm: str, player: str) -> str:
+        return f"{arm}/{player}" if player.startswith("gen-") else player
+
+    settings = load_params(ab.arm_folder(REFERENCE) / "params.yaml")["evaluate"]
+    games = []
+    for arm, pts in arms.items():
+        for p in pts:
+            path = ab.arm_folder(arm) / layout.eval_report(p["generation"])
+            for q in json.loads(path.read_text())["pairings"]:  # that evaluation's own games
+                games.append(Pairing(name(arm, q["a"]), name(arm, q["b"]), q["games"],
+                                     q["a_score"]))  # fmt: skip
+    return fit(games, anchor=settings["anchor"], anchor_elo=float(settings["anchor_elo"]),
+               prior_draws=float(settings["prior_draws"]))  # fmt: skip
+
+
 def report(ab: Ablation) -> dict:
-    """Every arm's points and its acceleration factor against the reference."""
+    """Every arm's points, rated in one fit over all the arms' games (joint_fit; each arm's
+    own fit is kept as elo_arm), and its acceleration factor against the reference."""
+    from play.ratings import RatingError
+
     arms = {arm: points_of(ab.arm_folder(arm)) for arm in ab.arms if ab.arm_folder(arm).exists()}
+    rating = "one Bradley-Terry fit over every arm's games"
+    if any(arms.values()):
+        try:
+            ratings = joint_fit(ab, arms)
+        except RatingError as e:  # each arm's own fit stands
+            ratings, rating = {}, f"each arm's own fit (one over all of them failed: {e})"
+        for arm, pts in arms.items():
+            for p in pts:
+                joint = ratings.get(f"{arm}/gen-{p['generation']}")
+                p["elo_arm"], p["elo_arm_stderr"] = p["elo"], p["elo_stderr"]
+                if joint is not None:
+                    p["elo"], p["elo_stderr"] = round(joint.elo, 1), round(joint.stderr, 1)
     reference = arms.get(REFERENCE, [])
     return {
         "ablation": ab.name,
         "budget": ab.budget,
         "points": ab.targets(),
+        "rating": rating,
         "arms": {
             arm: {"what": arm_change(arm)[0], "points": pts,
                   "acceleration": acceleration(reference, pts) if arm != REFERENCE else None}
@@ -463,10 +508,19 @@ class _Summary:
         self.client.log_param(run.info.run_id, "ablation.budget", self.ab.budget)
         return run.info.run_id
 
+    def log_missing(self, arm: str, points: list[dict]) -> None:
+        """The arm's points whose step has no `elo` in MLflow yet."""
+        run = self.run_of(arm)
+        logged = {m.step for m in self.client.get_metric_history(run, "elo")}
+        for point in points:
+            if int(round(point["evaluations"])) not in logged:
+                self.log_point(arm, point)
+
     def log_point(self, arm: str, point: dict) -> None:
         run = self.run_of(arm)
         step = int(round(point["evaluations"]))
-        for key in ("elo", "elo_stderr", "seconds", "generation"):
+        keys = ("elo", "elo_stderr", "elo_arm", "elo_arm_stderr", "seconds", "generation")
+        for key in (k for k in keys if k in point):
             self.client.log_metric(run, key if key != "seconds" else "selfplay_seconds",
                                    float(point[key]), step=step)  # fmt: skip
         for key, value in point.items():
@@ -567,10 +621,12 @@ def run(ab: Ablation, *, log: Callable = print) -> dict:
             for k, target in enumerate(ab.targets()):
                 for arm in ab.arms:
                     log(f"point {k + 1}/{ab.points}: {arm} to {target:,.0f} evaluations")
-                    point, new = advance(ab.arm_folder(arm), target, arm_loop, log)
-                    if new:
-                        summary.log_point(arm, point)
+                    advance(ab.arm_folder(arm), target, arm_loop, log)
                 rep = report(ab)
+                # Every point MLflow lacks (new ones, and those of a stop before this), with
+                # the Elo of the fit over every arm's games so far.
+                for arm in ab.arms:
+                    summary.log_missing(arm, rep["arms"].get(arm, {}).get("points", []))
                 write_json(rep, ab.folder / "report.json")
                 write_plots(ab, rep)
                 write_chart(rep, ab.folder / "elo.png")

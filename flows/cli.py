@@ -203,6 +203,7 @@ def gtp(
             leaves=leaves, resign_below=resign_below, resign_after=resign_after, seed=seed,
             params_path=params, section_name=section,
         )  # fmt: skip
+        chosen.warm_up(size)  # numba's kernels ready before the first command is answered
     else:
         try:
             chosen = make_player(player, seed=seed)
@@ -315,15 +316,17 @@ def evaluate(
     n = settings.board_size
     title = f"{path} ({n}x{n}, {settings.rules}, komi {settings.komi:g}, {settings.visits} visits)"
     table = Table(title=title)
-    for column in ("opponent", "games", "net's score", "win rate (95%)", "Elo (anchor 0)"):
+    columns = ("opponent", "stones, komi", "games", "net's score", "win rate (95%)",
+               "Elo (anchor 0)")  # fmt: skip
+    for column in columns:
         table.add_column(column)
     ratings = report["ratings"]
     for p in report["pairings"]:
         low, high = p["a_win_rate_95ci"]
-        table.add_row(p["opponent"], str(p["games"]), f"{p['a_score']:g}",
-                      f"{p['a_win_rate']:.0%} ({low:.0%}-{high:.0%})",
+        table.add_row(p["opponent"], f"{p['handicap']}, {p['komi']:g}", str(p["games"]),
+                      f"{p['a_score']:g}", f"{p['a_win_rate']:.0%} ({low:.0%}-{high:.0%})",
                       f"{ratings[p['opponent']]['elo']:+.0f}")  # fmt: skip
-    table.add_row("net", "", "", "", f"{report['elo']:+.0f} ± {report['elo_stderr']:.0f}")
+    table.add_row("net", "", "", "", "", f"{report['elo']:+.0f} ± {report['elo_stderr']:.0f}")
     console.print(table)
     console.print(f"games and summary in {out}")
 
@@ -335,12 +338,18 @@ def match(
         str, typer.Argument(help="Command line of engine B, e.g. 'gnugo --mode gtp'.")
     ],
     games: Annotated[
-        int, typer.Option(min=1, help="Games to play; A takes Black in odd games.")
+        int, typer.Option(min=1, help="Games to play; A takes Black in odd games (or --a-black).")
     ] = 2,
     size: Annotated[int, typer.Option(min=2, max=19)] = 9,
     komi: Annotated[float | None, typer.Option(help="Komi (default: the rules preset's).")] = None,
     rules: Annotated[str, typer.Option(help="Rules preset, KataGo shorthand or JSON.")] = "chinese",
     handicap: Annotated[int, typer.Option(min=0, help="Fixed handicap stones for Black.")] = 0,
+    a_black: Annotated[
+        bool,
+        typer.Option(
+            "--a-black", help="A takes Black in every game (with --handicap: B gives A stones)."
+        ),
+    ] = False,
     max_moves: Annotated[
         int | None, typer.Option(help="Stop and score after this many moves.")
     ] = None,
@@ -370,6 +379,7 @@ def match(
         size=size,
         rules=_rules(rules, komi),
         handicap=handicap,
+        a_black=a_black,
         max_moves=max_moves,
         timeout=timeout,
         referee=referee,

@@ -54,15 +54,29 @@ def find_program(command: str) -> list[str]:
     return argv
 
 
+# Seconds an engine may take before its first answer (`name`): tengen's own compiles numba's
+# kernels then on a fresh install.
+START_TIMEOUT = 300.0
+
+
 class GtpClient:
-    """A GTP engine in a subprocess, one command at a time, each with a timeout."""
+    """A GTP engine in a subprocess, one command at a time, each with a timeout; its first
+    command (`name`) waits up to `start_timeout`: an engine may load or compile before it
+    answers (tengen's compiles numba's kernels on a fresh install, KataGo tunes OpenCL)."""
 
     def __init__(
-        self, command: str, *, label: str, timeout: float = 60.0, log_dir: Path | None = None
+        self,
+        command: str,
+        *,
+        label: str,
+        timeout: float = 60.0,
+        log_dir: Path | None = None,
+        start_timeout: float = START_TIMEOUT,
     ):
         self.command = command
         self.label = label
         self.timeout = timeout
+        self.start_timeout = max(start_timeout, timeout)
         self._known: dict[str, bool] = {}
         try:
             argv = find_program(command)
@@ -103,7 +117,7 @@ class GtpClient:
 
     def _describe(self) -> str:
         try:
-            name = self.send("name")
+            name = self.send("name", timeout=self.start_timeout)
         except GtpCommandError:
             return self.label
         except EngineFailure as e:
@@ -118,14 +132,16 @@ class GtpClient:
             version = ""
         return f"{name} {version}".strip()
 
-    def send(self, command: str) -> str:
+    def send(self, command: str, *, timeout: float | None = None) -> str:
         """The engine's answer to one command; raises GtpCommandError on `?`."""
-        ok, text = self.send_many([command])[0]
+        ok, text = self.send_many([command], timeout=timeout)[0]
         if not ok:
             raise GtpCommandError(f"engine {self.label}: {command!r} failed: {text}")
         return text
 
-    def send_many(self, commands: list[str]) -> list[tuple[bool, str]]:
+    def send_many(
+        self, commands: list[str], *, timeout: float | None = None
+    ) -> list[tuple[bool, str]]:
         """Write all commands at once, then read the answers in order: (succeeded, text).
 
         GTP answers in order, so a long script costs one round trip instead of one per command.
@@ -138,17 +154,18 @@ class GtpClient:
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError):
             raise EngineFailure(f"engine {self.label} closed its input") from None
-        return [self._response(command) for command in commands]
+        wait = self.timeout if timeout is None else timeout
+        return [self._response(command, wait) for command in commands]
 
-    def _response(self, command: str) -> tuple[bool, str]:
-        deadline = time.monotonic() + self.timeout
+    def _response(self, command: str, timeout: float) -> tuple[bool, str]:
+        deadline = time.monotonic() + timeout
         lines: list[str] = []
         while True:
             try:
                 line = self._lines.get(timeout=max(deadline - time.monotonic(), 0.001))
             except queue.Empty:
                 raise EngineFailure(
-                    f"engine {self.label} did not answer {command!r} within {self.timeout:g} s"
+                    f"engine {self.label} did not answer {command!r} within {timeout:g} s"
                 ) from None
             if line is None:
                 raise EngineFailure(f"engine {self.label} exited while answering {command!r}")
@@ -190,6 +207,7 @@ class MatchConfig:
     size: int = 9
     rules: Rules = dataclasses.field(default_factory=lambda: Rules(ko="simple", suicide=False))
     handicap: int = 0
+    a_black: bool = False  # engine A takes Black in every game (a handicap rung), not in odd ones
     max_moves: int | None = None  # default: 3 * size * size
     timeout: float = 60.0  # seconds per engine command
     referee: str | None = None  # a GTP command line to settle dead stones
@@ -233,7 +251,8 @@ def wilson_interval(successes: float, trials: int, z: float = 1.959964) -> tuple
 
 
 class Match:
-    """Runs the games; engine A takes Black in odd-numbered games (1, 3, ...)."""
+    """Runs the games; engine A takes Black in odd-numbered games (1, 3, ...), or in every game
+    with `config.a_black`."""
 
     def __init__(
         self,
@@ -313,7 +332,7 @@ class Match:
 
     def play_game(self, number: int) -> GameResult:
         cfg = self.config
-        black, white = ("A", "B") if number % 2 == 1 else ("B", "A")
+        black, white = ("A", "B") if number % 2 == 1 or cfg.a_black else ("B", "A")
         side = {BLACK: black, WHITE: white}
         game = Game(cfg.size, cfg.rules, max_moves=cfg.move_limit() + 2)
         handicap = fixed_handicap_points(cfg.size, cfg.handicap) if cfg.handicap >= 2 else []
@@ -474,6 +493,7 @@ class Match:
                 "komi": cfg.rules.komi,
                 "rules": cfg.rules.name,
                 "handicap": cfg.handicap,
+                "a_black": cfg.a_black,
                 "max_moves": cfg.move_limit(),
                 "referee": cfg.referee,
             },

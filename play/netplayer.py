@@ -134,6 +134,20 @@ class NetPlayer:
     def set_seed(self, seed: int) -> None:
         self.rng = np.random.default_rng(int(seed) % (1 << 63))
 
+    def warm_up(self, size: int = 9) -> None:
+        """A two-visit search and a dead-stone estimate on a board with one stone, so that
+        numba's kernels are compiled, or loaded from their cache, before the first command
+        that needs them (`tengen gtp` does it before it answers anything): on an empty cache
+        that took 91 s here, which a match runner would count against its first genmove.
+        The player's random state is left as it was: a seed's games do not change."""
+        state = self.rng.bit_generator.state
+        game = Game(size)
+        game.play(BLACK, (size // 2, size // 2))
+        for _ in self.search(game, WHITE, visits=2):
+            pass
+        game.estimate_dead(playouts=2, seed=0)
+        self.rng.bit_generator.state = state
+
     # -- moves --------------------------------------------------------------------------------
 
     def genmove(

@@ -1,6 +1,7 @@
 """The evaluate stage: generation N's champion plays a ladder of fixed outside opponents (GNU Go
-at several levels, the random player, any GTP engine) and the champions of earlier evaluations,
-colours alternating, through GTP (`tengen gtp --model`, the `evaluate.search` knobs); one
+at several levels, GNU Go giving handicap stones, the random player, any GTP engine) and the
+champions of earlier evaluations, colours alternating (in a handicap rung the champion is Black
+throughout), through GTP (`tengen gtp --model`, the `evaluate.search` knobs); one
 Bradley-Terry fit over every evaluation game of the run so far rates them all, anchored on
 `evaluate.anchor` (GNU Go level 1 = 0 by default).
 
@@ -40,7 +41,7 @@ from play.models import UNIFORM
 from play.ratings import Pairing, RatingError, fit
 from stages import cli, layout
 from stages.cli import InputError
-from stages.params import Device, EvaluateParams, Section, read
+from stages.params import Device, EvaluateParams, Rung, Section, read
 from stages.spec import DvcStage, Plan, sections
 
 
@@ -108,11 +109,21 @@ def champion_command(path: Path | None, params: EvaluateParams, device: str, io:
     ])  # fmt: skip
 
 
+def rung_config(even: MatchConfig, rung: Rung, params: EvaluateParams) -> MatchConfig:
+    """A fixed opponent's games: at its komi, and with a handicap the champion (A) in Black
+    every game, the opponent's stones given."""
+    return dataclasses.replace(
+        even, rules=PRESETS[params.rules].with_komi(rung.komi), handicap=rung.handicap,
+        a_black=rung.handicap >= 2,
+    )  # fmt: skip
+
+
 def play_pairing(
     name: str, a: str, b: str, config: MatchConfig, out: Path, workers: int
 ) -> list[GameResult]:
     """config.games games of A against B, split over `workers` engine pairs (each its own
-    processes), colours alternating by game number; the SGFs in out/games."""
+    processes), colours alternating by game number (or A in Black throughout, a handicap
+    rung's); the SGFs in out/games."""
     numbers = list(range(1, config.games + 1))
     chunks = [numbers[i::workers] for i in range(workers) if numbers[i::workers]]
 
@@ -186,7 +197,8 @@ def run(params: Params, io: EvaluateIO, *, progress=None) -> dict:
     if me in params.opponents:
         raise InputError(f"evaluate.opponents: {me!r} is the name of a champion")
     earlier = [_earlier_report(io.reports or Path("reports"), k) for k in io.earlier]
-    opponents = {name: engine_command(cmd) for name, cmd in params.opponents.items()}
+    rungs = params.rungs()
+    opponents = {name: engine_command(rung.command) for name, rung in rungs.items()}
     past = io.earlier[len(io.earlier) - params.past_champions :] if params.past_champions else []
     for k in past:
         path = _champion(layout.champion(k), f"promote-{k}")
@@ -198,17 +210,22 @@ def run(params: Params, io: EvaluateIO, *, progress=None) -> dict:
             f"evaluate.anchor: {params.anchor!r} is not among evaluate.opponents "
             f"({sorted(params.opponents)}) nor in an earlier evaluation"
         )
-    rules = PRESETS[params.rules].with_komi(params.komi)
-    config = MatchConfig(
-        games=params.games, size=params.board_size, rules=rules, timeout=params.timeout,
+    even = MatchConfig(
+        games=params.games, size=params.board_size,
+        rules=PRESETS[params.rules].with_komi(params.komi), timeout=params.timeout,
         referee=engine_command(params.referee) if params.referee else None,
     )  # fmt: skip
     champion = champion_command(champion_path, params, device, io)
     pairings = []
     with output_dir(io.out) as tmp:
         for name, command in opponents.items():
+            rung = rungs.get(name)
+            config = even if rung is None else rung_config(even, rung, params)
             results = play_pairing(name, champion, command, config, tmp / name, params.workers)
-            summary = {"opponent": name, "command": command, **pairing_summary(me, name, results)}
+            summary = {
+                "opponent": name, "command": command, "handicap": config.handicap,
+                "komi": config.rules.komi, **pairing_summary(me, name, results),
+            }  # fmt: skip
             pairings.append(summary)
             if progress is not None:
                 progress(summary)

@@ -23,8 +23,11 @@ from pydantic import (
     BaseModel,
     BeforeValidator,
     ConfigDict,
+    Discriminator,
     Field,
+    Tag,
     ValidationError,
+    ValidationInfo,
     field_validator,
 )
 
@@ -383,6 +386,31 @@ class GateParams(Section):
     seed: int
 
 
+class Rung(Section):
+    """An evaluation opponent given as a mapping (`evaluate.opponents`): its GTP command line,
+    and the handicap it gives: with `handicap` stones (2 or more) the champion takes Black in
+    every game, the stones on GTP's fixed points, at this komi; with 0 the colours alternate
+    at this komi. A strong outside opponent giving stones is a rung a weak net can climb
+    before it wins an even game. Komi 0.5 is the Japanese and AGA custom for handicap games;
+    tengen's area scoring gives White no point per handicap stone as Chinese rules do, so
+    under `chinese` the stones are worth that much more."""
+
+    command: str
+    handicap: int = Field(ge=0)
+    komi: Real
+
+
+def _opponent_kind(value: Any) -> str:
+    return "rung" if isinstance(value, dict | Rung) else "command"
+
+
+# A command line, or a mapping checked as a Rung alone (not also as a string).
+Opponent = Annotated[
+    Annotated[str, Tag("command")] | Annotated[Rung, Tag("rung")],
+    Discriminator(_opponent_kind),
+]
+
+
 class EvaluateParams(Section):
     """`evaluate:`."""
 
@@ -395,7 +423,7 @@ class EvaluateParams(Section):
     visits: int = Field(ge=1)
     leaves_per_game: int = Field(ge=1, le=64)
     search: MatchSearchSection
-    opponents: dict[str, str] = Field(min_length=1)  # name: GTP command line
+    opponents: dict[str, Opponent] = Field(min_length=1)  # name: GTP command line, or a Rung
     past_champions: int = Field(ge=0)
     anchor: str
     anchor_elo: Real
@@ -407,15 +435,31 @@ class EvaluateParams(Section):
 
     @field_validator("opponents")
     @classmethod
-    def _names(cls, value: dict[str, str]) -> dict[str, str]:
-        for name, command in value.items():
+    def _names(cls, value: dict[str, str | Rung], info: ValidationInfo):
+        from gocore.rules import max_fixed_handicap
+
+        size = info.data.get("board_size")  # absent when it failed itself
+        for name, rung in value.items():
             if not name or not name.replace("-", "").replace("_", "").isalnum():
                 raise ValueError(f"opponent name {name!r}: letters, digits, - and _ only")
             if name.startswith("gen-"):
                 raise ValueError(f"opponent name {name!r}: gen-N names the run's champions")
-            if not command.strip():
+            if not (rung if isinstance(rung, str) else rung.command).strip():
                 raise ValueError(f"opponent {name}: an empty command line")
+            stones = 0 if isinstance(rung, str) else rung.handicap
+            if stones and size is not None and not 2 <= stones <= max_fixed_handicap(size):
+                most = max_fixed_handicap(size)
+                room = f"2..{most} stones on {size}x{size}, or 0" if most else (
+                    f"no fixed handicap on {size}x{size} (7x7 or larger), only 0")  # fmt: skip
+                raise ValueError(f"{name}.handicap: {room} (got {stones})")
         return value
+
+    def rungs(self) -> dict[str, Rung]:
+        """Every fixed opponent as a Rung: a bare command line plays even at `komi`."""
+        return {
+            name: Rung(command=rung, handicap=0, komi=self.komi) if isinstance(rung, str) else rung
+            for name, rung in self.opponents.items()
+        }
 
     # When it runs, not what it measures: not a DVC params dependency of the evaluate stages,
     # so that adding a generation to the schedule does not redo the evaluations made.

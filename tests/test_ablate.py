@@ -107,6 +107,49 @@ def test_an_ablation_is_made_once_and_can_only_grow(tmp_path):
         A.open_ablation("x", None, budget=None, points=4, root=tmp_path)
 
 
+def _evaluated_arm(ab, arm, results):
+    """An arm folder with one evaluation at generation 0: {opponent: (wins, games)}, and the
+    Elo its own fit would give (pinned at -500 by the lost anchor pairing, whatever else)."""
+    folder = ab.arm_folder(arm)
+    (folder / "reports/eval").mkdir(parents=True)
+    evaluate = {"at": [0], "anchor": "gnugo-1", "anchor_elo": 0.0, "prior_draws": 1.0}
+    (folder / "params.yaml").write_text(yaml.safe_dump({"evaluate": evaluate}))
+    pairings = [{"a": "gen-0", "b": name, "opponent": name, "games": games, "a_score": wins}
+                for name, (wins, games) in results.items()]  # fmt: skip
+    report = {
+        "generation": 0,
+        "champion": "gen-0",
+        "elo": -500.0,
+        "elo_stderr": 250.0,
+        "selfplay_evaluations": 1000.0,
+        "selfplay_seconds": 10.0,
+        "pairings": pairings,
+    }
+    (folder / "reports/eval/gen-0.json").write_text(json.dumps(report))
+
+
+def test_the_arms_are_rated_in_one_fit_over_all_their_games(tmp_path):
+    # Both arms lose every game to the anchor; the reference wins 9 of 10 against GNU Go
+    # giving five stones where the other arm wins 1. Each arm's own fit cannot tell them
+    # apart (both -500); one fit over both, where the rung is one player, must.
+    ab = A.Ablation("j", tmp_path / "ablate-j", ("full", "gumbel"), 1000.0, 1)
+    _evaluated_arm(ab, "full", {"gnugo-1": (0, 10), "gnugo-1-h5": (9, 10), "random": (10, 10)})
+    _evaluated_arm(ab, "gumbel", {"gnugo-1": (0, 10), "gnugo-1-h5": (1, 10), "random": (10, 10)})
+    rep = A.report(ab)
+    assert rep["rating"] == "one Bradley-Terry fit over every arm's games"
+    (full,), (gumbel,) = rep["arms"]["full"]["points"], rep["arms"]["gumbel"]["points"]
+    assert full["elo_arm"] == gumbel["elo_arm"] == -500.0
+    # 9/10 against 1/10 on one common player: about 2 x 400 log10(9) = 763 Elo apart before
+    # the prior's virtual draws shrink it; the stderr of each well under the gap.
+    gap = full["elo"] - gumbel["elo"]
+    assert 400 < gap < 763 and full["elo_stderr"] < gap / 2
+    assert full["elo"] < 0  # still below the anchor it never beat
+    # The reference curve then ends above the arm: the reference reached the arm's Elo at
+    # its first point or before it.
+    acc = rep["arms"]["gumbel"]["acceleration"]
+    assert acc["bound"] == "<" and acc["factor"] == 1.0
+
+
 def _tiny_base(path):
     params = load_params(REPO / "params.yaml")
     params["run"]["generations"] = 1
@@ -149,7 +192,7 @@ def test_a_tiny_ablation_end_to_end_and_resumed(tmp_path, prefect_api, monkeypat
         assert point["generation"] == 0 and point["evaluations"] > 2
         report = json.loads((folder / arm / "reports/eval/gen-0.json").read_text())
         assert report["pairings"][0]["games"] == 2 and report["anchor"] == "random"
-        assert point["elo"] == report["elo"]
+        assert point["elo_arm"] == report["elo"]  # its own fit; "elo" is the one over both
         # The arm's stages are DVC's: nothing left to do.
         status = _dvc_status(folder / arm)
         assert status == {}, status
@@ -175,7 +218,8 @@ def test_a_tiny_ablation_end_to_end_and_resumed(tmp_path, prefect_api, monkeypat
     for arm, run in arm_runs.items():
         assert run.info.status == "FINISHED"
         (elo,) = client.get_metric_history(run.info.run_id, "elo")
-        assert elo.step == round(rep["arms"][arm]["points"][0]["evaluations"])
+        (point,) = rep["arms"][arm]["points"]
+        assert elo.step == round(point["evaluations"]) and elo.value == point["elo"]
         assert "elo.png" in {f.path for f in client.list_artifacts(run.info.run_id)}
     stage_exp = client.get_experiment_by_name("ablate-t/no-opponent-policy")
     assert stage_exp.tags["mlflow.experimentKind"] == "custom_model_development"

@@ -161,6 +161,75 @@ def test_two_evaluations_rated_in_one_fit(tmp_path, monkeypatch, gnugo_path):
         evaluate.run(*evaluate.prepare(params_path, 1, earlier=[0]))
 
 
+@pytest.mark.gnugo
+def test_a_handicap_rung_gives_the_champion_black_and_the_stones(tmp_path, monkeypatch):
+    # GNU Go level 1 giving stones: a rung below the even game that a weak champion can climb.
+    # Here a 7x7 board's two stones, against the random player to stay quick; the even
+    # pairing next to it alternates colours at evaluate.komi as before.
+    monkeypatch.chdir(tmp_path)
+    params_path = _params(
+        tmp_path, board_size=7, komi=7.5, workers=1, past_champions=0, anchor="random",
+        opponents={
+            "random": "{tengen} gtp --player random --seed 1",
+            "random-h2": {"command": "{tengen} gtp --player random --seed 2", "handicap": 2,
+                          "komi": 0.5},
+        },
+    )  # fmt: skip
+    (tmp_path / "reports" / "selfplay").mkdir(parents=True)
+    (tmp_path / "reports" / "selfplay" / "gen-0.json").write_text('{"evaluations": 1}')
+    _champion(tmp_path, 0, 0)
+    report = evaluate.run(*evaluate.prepare(params_path, 0))
+    even, rung = report["pairings"]
+    assert (even["handicap"], even["komi"], rung["handicap"], rung["komi"]) == (0, 7.5, 2, 0.5)
+    records = [read_sgf(p) for p in sorted(Path("reports/eval/gen-0/random-h2/games").glob("*"))]
+    assert len(records) == 2
+    for record in records:
+        assert record.black.endswith("(A)") and record.handicap == 2 and record.komi == 0.5
+        # GTP's fixed points on 7x7: the opposite corners' 3-3 points (x, y from the top).
+        assert sorted(p for _, p in record.setup) == [(2, 4), (4, 2)]
+        assert record.moves[0][0] == 2  # White moves first
+    assert rung["a_wins_as_black"] == rung["a_wins"]
+    colours = [read_sgf(p).black.endswith("(A)")
+               for p in sorted(Path("reports/eval/gen-0/random/games").glob("*"))]  # fmt: skip
+    assert colours == [True, False]
+    assert set(report["ratings"]) == {"gen-0", "random", "random-h2"}
+
+
+def test_a_handicap_rung_the_board_cannot_hold_is_refused():
+    from stages.params import EvaluateParams, ParamsError, section
+
+    raw = yaml.safe_load((REPO / "params.yaml").read_text())
+    gnugo = "gnugo --mode gtp --level 1 --chinese-rules"
+    for stones, size in ((1, 9), (10, 9), (5, 7)):
+        raw["evaluate"].update(
+            board_size=size,
+            opponents={
+                "gnugo-1": gnugo,
+                "gnugo-1-h": {"command": gnugo, "handicap": stones, "komi": 0.5},
+            },
+        )
+        with pytest.raises(
+            ParamsError,
+            match=rf"evaluate.opponents: gnugo-1-h.handicap: 2..\d stones on {size}x{size}, "
+            rf"or 0 \(got {stones}\)",
+        ):
+            section(raw, "evaluate", EvaluateParams, source="params.yaml")
+    raw["evaluate"]["board_size"] = 5
+    with pytest.raises(ParamsError, match="no fixed handicap on 5x5"):
+        section(raw, "evaluate", EvaluateParams, source="params.yaml")
+    raw["evaluate"]["board_size"] = 9
+    # A mapping is checked as a rung only: its own keys named, not "a valid string" too.
+    raw["evaluate"]["opponents"]["gnugo-1-h"] = {"command": gnugo, "stones": 3, "komi": 0.5}
+    with pytest.raises(ParamsError) as bad:
+        section(raw, "evaluate", EvaluateParams, source="params.yaml")
+    assert "gnugo-1-h.rung.stones: Extra inputs are not permitted" in str(bad.value)
+    assert "valid string" not in str(bad.value)
+    raw["evaluate"]["opponents"]["gnugo-1-h"] = {"command": gnugo, "handicap": 3, "komi": 0.5}
+    rungs = section(raw, "evaluate", EvaluateParams, source="params.yaml").rungs()
+    assert (rungs["gnugo-1"].handicap, rungs["gnugo-1"].komi) == (0, raw["evaluate"]["komi"])
+    assert rungs["gnugo-1-h"].handicap == 3
+
+
 def test_a_missing_champion_or_unknown_anchor_is_refused(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     params_path = _params(tmp_path, opponents={"random": "{tengen} gtp --player random"},

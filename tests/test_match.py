@@ -139,3 +139,32 @@ def test_gnugo_is_found_in_usr_games_off_path(gnugo_path, tmp_path, monkeypatch)
     summary = Match(tengen_command() + " --seed 2", "gnugo --mode gtp", config, tmp_path).run()
     assert summary["engines"]["B"]["name"] == "GNU Go 3.8"
     assert summary["results"][0]["reason"] in ("score", "resign")
+
+
+def test_an_engine_may_take_its_start_up_time_before_its_first_answer(tmp_path):
+    # An engine that loads (or compiles numba's kernels, as `tengen gtp` does on a fresh
+    # install) before it reads its first command: `name` waits for start_timeout, every later
+    # command for the per-command timeout only.
+    from play.match import EngineFailure, GtpClient
+
+    slow = tmp_path / "slow.py"
+    slow.write_text(
+        "import sys, time\n"
+        "time.sleep(2.0)\n"
+        "for line in sys.stdin:\n"
+        "    if line.startswith('genmove'):\n"
+        "        time.sleep(60.0)\n"
+        "    print('= slow\\n', flush=True)\n"
+        "    if line.startswith('quit'):\n"
+        "        break\n"
+    )
+    command = f"{sys.executable} {slow}"
+    with pytest.raises(EngineStartError, match="did not answer 'name' within 1 s"):
+        GtpClient(command, label="A", timeout=1.0, start_timeout=1.0)
+    client = GtpClient(command, label="A", timeout=1.0, start_timeout=60.0)
+    try:
+        assert client.name == "slow slow"
+        with pytest.raises(EngineFailure, match="did not answer 'genmove b' within 1 s"):
+            client.send("genmove b")
+    finally:
+        client.proc.kill()

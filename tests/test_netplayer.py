@@ -435,6 +435,27 @@ def test_a_gumbel_root_spends_its_budget_on_its_considered_moves(tiny):
         NetPlayer(net, params=SEARCH, visits=64, considered=-1)
 
 
+def test_warming_up_leaves_a_seeds_moves_as_they_were(tiny):
+    """`tengen gtp` warms the player up (numba's kernels) before it answers anything; the
+    random symmetries it draws after that are those of a player that never warmed up."""
+    from play.models import load_evaluator
+
+    net, _ = load_evaluator(tiny)
+
+    def moves(warm: bool) -> list:
+        player = NetPlayer(net, params=SEARCH, visits=16, seed=3)
+        if warm:
+            player.warm_up(9)
+        game, out = Game(9, PRESETS["chinese"]), []
+        for color in (BLACK, WHITE, BLACK, WHITE):
+            out.append(player.genmove(game, color))
+            game.play(color, out[-1])
+            out.append(player.last.moves[0].visits)  # the symmetries move the visit counts
+        return out
+
+    assert moves(True) == moves(False)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("bad", ["/nonexistent/model.pt", "models:/no-such-model@champion"])
 def test_a_bad_model_is_refused_with_status_2(tmp_path, bad):

@@ -36,9 +36,18 @@ def test_a_preset_changes_only_what_it_names():
     assert merged["evaluate"]["games"] == base["evaluate"]["games"]
     # Every shipped preset applies to the shipped params.yaml.
     assert "long" in runs.presets()
+    from stages.params import EvaluateParams, section
+
     for name in runs.presets():
         text = runs.preset_params(name, REPO / "params.yaml")
         assert yaml.safe_load(text)["selfplay"]["games"] >= 1
+        # Its ladder validates: a handicap rung the board cannot hold would fail every run.
+        ladder = section(yaml.safe_load(text), "evaluate", EvaluateParams, source=name).rungs()
+        assert "gnugo-1" in ladder
+    hour = yaml.safe_load(runs.preset_params("hour", REPO / "params.yaml"))
+    rungs = section(hour, "evaluate", EvaluateParams, source="hour").rungs()
+    assert [(r.handicap, r.komi) for r in rungs.values()] == [
+        (0, 7.5), (3, 0.5), (5, 0.5), (7, 0.5), (0, 7.5)]  # fmt: skip
     with pytest.raises(ParamsError, match="no preset 'huge'"):
         runs.preset_params("huge", REPO / "params.yaml")
 
