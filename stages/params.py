@@ -435,10 +435,11 @@ class EvaluateParams(Section):
 
     @field_validator("opponents")
     @classmethod
-    def _names(cls, value: dict[str, str | Rung], info: ValidationInfo):
+    def _opponents(cls, value: dict[str, str | Rung], info: ValidationInfo):
         from gocore.rules import max_fixed_handicap
 
         size = info.data.get("board_size")  # absent when it failed itself
+        most = max_fixed_handicap(size) if size is not None else None
         for name, rung in value.items():
             if not name or not name.replace("-", "").replace("_", "").isalnum():
                 raise ValueError(f"opponent name {name!r}: letters, digits, - and _ only")
@@ -447,8 +448,7 @@ class EvaluateParams(Section):
             if not (rung if isinstance(rung, str) else rung.command).strip():
                 raise ValueError(f"opponent {name}: an empty command line")
             stones = 0 if isinstance(rung, str) else rung.handicap
-            if stones and size is not None and not 2 <= stones <= max_fixed_handicap(size):
-                most = max_fixed_handicap(size)
+            if stones and most is not None and not 2 <= stones <= most:
                 room = f"2..{most} stones on {size}x{size}, or 0" if most else (
                     f"no fixed handicap on {size}x{size} (7x7 or larger), only 0")  # fmt: skip
                 raise ValueError(f"{name}.handicap: {room} (got {stones})")
