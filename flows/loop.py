@@ -251,7 +251,9 @@ def loop(
                 if stage.name == f"shuffle-{n}" and results[-1]["ran"]:  # figures out of range
                     for line in results[-1]["metrics"].get("warnings", []):
                         logger.warning("generation %d's self-play data: %s", n, line)
-            summary = generation_summary(results[-len(stages) :])
+            # A resumed run has this generation's figures already but for the stages that ran
+            # now (tengen ablate's loop that adds an evaluation): one point per step.
+            summary = generation_summary(results[-len(stages) :], ran_only=resume_run)
             if tracker is not None:
                 for key, value in summary.items():
                     tracker.client.log_metric(parent, key, value, step=n)
@@ -353,10 +355,11 @@ def _stop_on_signals() -> dict:
     return previous
 
 
-def generation_summary(results: list[dict]) -> dict[str, float]:
+def generation_summary(results: list[dict], ran_only: bool = False) -> dict[str, float]:
     """One generation's headline figures, from its stages' metrics files: train.net's
-    losses, and the gate of the candidate that decided the promotion (promotion.json)."""
-    by = {r["stage"].rsplit("-", 1)[0]: r["metrics"] for r in results}
+    losses, and the gate of the candidate that decided the promotion (promotion.json). With
+    `ran_only`, only the figures of the stages that ran (not those DVC skipped)."""
+    by = {r["stage"].rsplit("-", 1)[0]: r["metrics"] for r in results if r["ran"] or not ran_only}
     out = {
         **data.history_row(by.get("shuffle") or {}),
         "selfplay_games": by.get("selfplay", {}).get("games"),

@@ -4,12 +4,13 @@ generation to generation; the averaged net is generation N's candidate.
     python -m stages.ema --generation N [--snapshots models/gen-N/train/snapshots]
         [--previous models/gen-(N-1)] [--window data/windows/gen-N] [--out models/gen-N/ema]
 
-Every snapshot moves the average towards it by 1 - decay^(1/every): after `every` snapshots
-the older average keeps `decay` of its weight (params.yaml: decay 0.75 every 4 snapshots, as
-the paper). The averaged weights need their own batch-norm statistics (an average of the
-snapshots' running means and variances is not the statistics of the averaged net), so they
-are measured again: `bn_batches` batches of generation N's window through the averaged net in
-training mode, without gradients, each batch weighing the same (SWA's update_bn).
+Every snapshot moves the average towards it by 1 - decay: the older average keeps `decay` of
+its weight (params.yaml: 0.75 per snapshot, as the paper, whose candidate every four snapshots
+so averages about four snapshots of lookback). The averaged weights need their own batch-norm
+statistics (an average of the snapshots' running means and variances is not the statistics of
+the averaged net), so they are measured again: `bn_batches` batches of generation N's window
+through the averaged net in training mode, without gradients, each batch weighing the same
+(SWA's update_bn).
 
 Writes models/gen-N/ema/candidate.pt (the candidate checkpoint) and
 models/gen-N/ema/state.pt (the average, for generation N + 1), atomically.
@@ -95,10 +96,11 @@ def _previous_average(previous: Path | None, config, device: str):
     return average
 
 
-def average(previous: dict | None, snapshots: list[dict], decay: float, every: int) -> dict:
-    """The moving average of float tensors after the snapshots, in order; it starts at the
-    first snapshot when there is no previous average. Integer buffers take the last one's."""
-    step = 1.0 - decay ** (1.0 / every)
+def average(previous: dict | None, snapshots: list[dict], decay: float) -> dict:
+    """The moving average of float tensors after the snapshots, in order, each keeping `decay`
+    of the older average; it starts at the first snapshot when there is no previous average.
+    Integer buffers take the last one's."""
+    step = 1.0 - decay
     avg = None if previous is None else {k: v.clone() for k, v in previous.items()}
     for snap in snapshots:
         if avg is None:
@@ -152,9 +154,7 @@ def run(params: Params, io: EmaIO) -> dict:
             raise InputError(f"ema: {path} is a {model.config.name}, the others {config.name}")
         config = model.config
         snapshots.append({k: v.detach() for k, v in model.state_dict().items()})
-    avg = average(
-        _previous_average(io.previous, config, device), snapshots, params.decay, params.every
-    )
+    avg = average(_previous_average(io.previous, config, device), snapshots, params.decay)
     model = GoNet(config).to(device)
     try:
         model.load_state_dict(avg)

@@ -17,23 +17,22 @@ torch.set_num_threads(1)
 
 
 def test_average_against_a_hand_computation():
-    step = 1 - 0.75 ** (1 / 4)
     snaps = [{"w": torch.tensor([float(k)]), "n": torch.tensor(k)} for k in (1, 2, 3, 4, 5)]
-    # Without a previous average it starts at the first snapshot.
-    got = ema.average(None, snaps[:2], 0.75, 4)
-    assert got["w"].item() == pytest.approx(1 + step * (2 - 1))
+    # Without a previous average it starts at the first snapshot; the second moves it a
+    # quarter of the way (decay 0.75 per snapshot): 1 + 0.25 * (2 - 1).
+    got = ema.average(None, snaps[:2], 0.75)
+    assert got["w"].item() == pytest.approx(1.25)
     assert got["n"].item() == 2  # integer buffers take the newest
-    # Four snapshots of 1 move an average of 0 to 1 - 0.75: decay 0.75 every 4 snapshots.
+    # Four snapshots of 1 move an average of 0 to 1 - 0.75^4: the paper's candidate every four
+    # snapshots keeps 0.31640625 of the previous candidate.
     ones = [{"w": torch.ones(3)}] * 4
-    assert ema.average({"w": torch.zeros(3)}, ones, 0.75, 4)["w"].tolist() == pytest.approx(
-        [0.25] * 3
+    assert ema.average({"w": torch.zeros(3)}, ones, 0.75)["w"].tolist() == pytest.approx(
+        [0.68359375] * 3
     )
-    by_hand = 0.0
-    for k in range(1, 6):
-        by_hand = by_hand + step * (k - by_hand)
-    assert ema.average({"w": torch.zeros(1), "n": torch.tensor(0)}, snaps, 0.75, 4)[
+    # 0 -> 0.25 -> 0.6875 -> 1.265625 -> 1.94921875 -> 2.7119140625 after snapshots 1..5.
+    assert ema.average({"w": torch.zeros(1), "n": torch.tensor(0)}, snaps, 0.75)[
         "w"
-    ].item() == pytest.approx(by_hand)
+    ].item() == pytest.approx(2.7119140625)
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +60,7 @@ TRAIN = train.TrainParams(
 
 
 def _params(**kw):
-    values = dict(decay=0.75, every=4, bn_batches=3, bn_batch_size=16, threads=1, seed=0)
+    values = dict(decay=0.75, bn_batches=3, bn_batch_size=16, threads=1, seed=0)
     values.update(kw)
     return ema.Params(ema=ema.EmaParams(**values), train=TRAIN, device="cpu")
 
@@ -80,7 +79,7 @@ def test_candidates_average_the_snapshots_and_carry_on(trained):
         load(root / f"gen-0/train/snapshots/snap-{k}.pt")[0].state_dict() for k in (1, 2, 3, 4)
     ]
     candidate, meta = load(root / "gen-0/ema/candidate.pt")
-    expected = ema.average(None, snaps, 0.75, 4)
+    expected = ema.average(None, snaps, 0.75)
     for name, value in candidate.state_dict().items():
         assert torch.allclose(value, expected[name]), name
     assert meta["generation"] == 0 and meta["model_id"] == "gen-0-b2c16"
@@ -90,7 +89,7 @@ def test_candidates_average_the_snapshots_and_carry_on(trained):
     snaps1 = [
         load(root / f"gen-1/train/snapshots/snap-{k}.pt")[0].state_dict() for k in (1, 2, 3, 4)
     ]
-    expected1 = ema.average(expected, snaps1, 0.75, 4)
+    expected1 = ema.average(expected, snaps1, 0.75)
     got = load(root / "gen-1/ema/candidate.pt")[0].state_dict()
     key = next(k for k in got if got[k].is_floating_point() and "running" not in k)
     assert torch.allclose(got[key], expected1[key])
@@ -122,3 +121,18 @@ def test_batch_norm_statistics_are_those_of_the_averaged_net(trained):
     assert used == 3 and len(seen) == 3
     assert torch.allclose(norm.running_mean, torch.stack(seen).mean(0), atol=1e-6)
     assert norm.momentum == 0.1  # restored
+
+
+def test_a_run_folder_with_the_retired_every_is_told_what_to_do(tmp_path):
+    """ema.every (decay per `every` snapshots) is gone: a params.yaml written with it is
+    refused with what to write instead, not only 'extra input'."""
+    import yaml
+
+    from stages.params import ParamsError, read
+    from tests.conftest import REPO
+
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    params["ema"]["every"] = 4
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    with pytest.raises(ParamsError, match=r"ema\.every: no longer a setting: delete it.*0\.9306"):
+        read(tmp_path / "params.yaml", ema.Params)

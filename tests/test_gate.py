@@ -167,6 +167,15 @@ def test_a_candidate_smaller_than_the_champion_is_not_played(tmp_path, monkeypat
     assert grown.skip is None
     assert str(grown.candidate) == "models/gen-2/b4c32/ema/candidate.pt"
     assert str(grown.decision) == "reports/gate/gen-2-b4c32.json"
+    # The nets' own counts decide: a b4c32 champion without global pooling (95,016
+    # parameters) is bigger than a b4c32 candidate with it (87,336), though both are b4c32s.
+    plain = save(GoNet(net_config("b4c32", global_pooling=False)), tmp_path / "plain.pt",
+                 {"model_id": "plain"})  # fmt: skip
+    pooled = save(GoNet(net_config("b4c32")), tmp_path / "pooled.pt", {"model_id": "pooled"})
+    _, io = gate.prepare("params.yaml", 2, candidate=pooled, champion=plain)
+    assert io.skip == "the champion is a b4c32, bigger than this b4c32"
+    _, io = gate.prepare("params.yaml", 2, candidate=plain, champion=pooled)
+    assert io.skip is None
 
 
 @pytest.mark.slow

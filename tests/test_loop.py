@@ -186,15 +186,25 @@ def test_killed_stages_are_retried_and_failed_ones_are_not():
 
 def test_the_generation_summary_takes_the_deciding_gate_and_skips_what_is_not_a_number():
     results = [
-        {"stage": "train-2", "metrics": {"window_rows": 300, "loss": {"total": 2.5}}},
+        {"stage": "train-2", "ran": True,
+         "metrics": {"window_rows": 300, "loss": {"total": 2.5}}},
         # train.net's gate was skipped (a bigger champion): no games, no win rate.
-        {"stage": "gate-2", "metrics": {"win_rate": None, "skipped": "bigger champion"}},
-        {"stage": "gate-b4c32-2", "metrics": {"win_rate": 0.75}},
-        {"stage": "promote-2", "metrics": {"promoted": True, "decision": {"win_rate": 0.75}}},
-    ]
-    expected = {"window_rows": 300.0, "loss_total": 2.5, "gate_win_rate": 0.75, "promoted": 1.0}
+        {"stage": "gate-2", "ran": True,
+         "metrics": {"win_rate": None, "skipped": "bigger champion"}},
+        {"stage": "gate-b4c32-2", "ran": True, "metrics": {"win_rate": 0.75}},
+        {"stage": "promote-2", "ran": True,
+         "metrics": {"promoted": True, "decision": {"win_rate": 0.75}}},
+        {"stage": "evaluate-2", "ran": False, "metrics": {"elo": -40.0, "elo_stderr": 20.0}},
+    ]  # fmt: skip
+    expected = {"window_rows": 300.0, "loss_total": 2.5, "gate_win_rate": 0.75, "promoted": 1.0,
+                "elo": -40.0, "elo_stderr": 20.0}  # fmt: skip
     assert generation_summary(results) == expected
-    results[-1]["metrics"] = {"promoted": False, "decision": {"win_rate": None}}
+    # A resumed loop run (tengen ablate's evaluation of generation 2, whose other stages DVC
+    # skipped) logs the evaluation alone: the rest is in the run at step 2 already.
+    for r in results:
+        r["ran"] = r["stage"] == "evaluate-2"
+    assert generation_summary(results, ran_only=True) == {"elo": -40.0, "elo_stderr": 20.0}
+    results[3]["metrics"] = {"promoted": False, "decision": {"win_rate": None}}
     assert "gate_win_rate" not in generation_summary(results)
 
 

@@ -211,3 +211,30 @@ def test_a_net_without_global_pooling_is_counted_by_its_own_parameters(tmp_path)
     champion = json.loads((tmp_path / "gen-0/champion/promotion.json").read_text())["champion"]
     own = sum(p.numel() for p in plain.parameters())
     assert champion["net"] == "b4c32" and champion["parameters"] == own != size_of("b4c32")
+
+
+def test_a_champion_recorded_before_parameter_counts_is_measured_from_its_checkpoint(tmp_path):
+    """A promotion.json written before champions recorded their parameters: the floor is the
+    champion checkpoint's own count (95,016 for a b4c32 without global pooling), not its size
+    name's (87,336), so a b4c32 with global pooling does not replace it."""
+    torch.manual_seed(0)
+    before = tmp_path / "gen-0/champion"
+    before.mkdir(parents=True)
+    save(GoNet(net_config("b4c32", global_pooling=False)), before / promote.CHAMPION,
+         {"model_id": "gen-0-b4c32"})  # fmt: skip
+    old = {"id": "gen-0-b4c32", "generation": 0, "source": "x", "net": "b4c32"}
+    (before / promote.PROMOTION).write_text(json.dumps({"champion": old, "line": [old]}))
+    path = save(GoNet(net_config("b4c32")), tmp_path / "gen-1/candidate.pt",
+                {"model_id": "gen-1-b4c32"})  # fmt: skip
+    io = promote.PromoteIO(1, path, _decision(tmp_path / "gate-1.json", True),
+                           tmp_path / "gen-1/champion", before)  # fmt: skip
+    result = promote.run(promote.Params(), io)
+    assert not result["promoted"] and result["champion"] == "gen-0-b4c32"
+    # Recorded with its count, the same champion gives the same floor.
+    (before / promote.PROMOTION).write_text(json.dumps(
+        {"champion": {**old, "parameters": 95016}, "line": [old]}))  # fmt: skip
+    assert not promote.run(promote.Params(), io)["promoted"]
+    # A size name alone (no checkpoint left beside it) falls back to the name's count.
+    (before / promote.CHAMPION).unlink()
+    (before / promote.PROMOTION).write_text(json.dumps({"champion": old, "line": [old]}))
+    assert promote.run(promote.Params(), io)["champion"] == "gen-1-b4c32"
