@@ -50,6 +50,7 @@ from prefect import flow, get_run_logger
 from gocore.atomic import write_json, write_text
 from stages import layout
 from stages.params import ParamsError, load_params
+from stages.vega import install_dvc_template
 
 REFERENCE = "full"
 # The arms of the paper's section 5.2, and ours. A fixed cap is `fixed-cap-<visits>`.
@@ -553,6 +554,7 @@ def _prepare(ab: Ablation) -> None:
 
         subprocess.run([sys.executable, "-m", "dvc", "init", "--no-scm", "-q"], cwd=ab.folder,
                        check=True, capture_output=True)  # fmt: skip
+    install_dvc_template(ab.folder)  # its chart draws offline
     base = Path(ab.base) if ab.base else SOURCE / "params.yaml"
     for arm in ab.arms:
         folder = ab.arm_folder(arm)
@@ -608,7 +610,7 @@ def run(ab: Ablation, *, log: Callable = print) -> dict:
     from flows.loop import loop, when_stopped
 
     def arm_loop(repo: str, **kwargs):  # one MLflow loop run an arm, over its loops
-        return loop(repo, resume_run=True, **kwargs)
+        return loop(repo, resume_run=True, report=False, **kwargs)  # one page: the ablation's
 
     _prepare(ab)
     summary = _Summary(ab)

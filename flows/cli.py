@@ -748,6 +748,41 @@ def data_report(
         print(data.format_report(report, f"self-play data: {source}"))
 
 
+@app.command("report")
+def report(
+    repo: Annotated[
+        Path, typer.Argument(help="The run's folder (default: here; `make run`'s run).")
+    ] = Path("."),
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            help="Where to write index.html and the PNGs (default: <run>/reports/report)."
+        ),
+    ] = None,
+    games: Annotated[
+        int, typer.Option(help="Games of the latest champion against GNU Go to show.")
+    ] = 4,
+    mlflow_ui: Annotated[
+        str,
+        typer.Option(
+            help="The MLflow UI the links go to (a tracking server's URI is used as it is)."
+        ),
+    ] = "http://127.0.0.1:5000",
+) -> None:
+    """One self-contained HTML page for a run, that opens without a network: Elo against
+    generation and compute, win rates, losses, window, self-play data, gate, nets, games
+    against GNU Go on a board, and links to the MLflow runs and SGF files; a PNG per chart."""
+    from stages.cli import InputError
+    from stages.report import write_report
+
+    try:
+        page = write_report(repo, out, games=games, mlflow_ui=mlflow_ui)
+    except InputError as e:
+        print(f"tengen {e}", file=sys.stderr)  # "tengen report: ..."
+        raise typer.Exit(2) from None
+    print(f"report: {page.resolve()}")
+
+
 @app.command("pipeline")
 def pipeline(
     params: Annotated[str, typer.Option(help="The params.yaml to read run.generations from.")] = (
@@ -755,15 +790,19 @@ def pipeline(
     ),
     out: Annotated[str, typer.Option(help="Where to write the DVC pipeline.")] = "dvc.yaml",
 ) -> None:
-    """Write dvc.yaml: every stage of every generation of the run, for `dvc repro`."""
+    """Write dvc.yaml: every stage of every generation of the run, for `dvc repro`; and, in a
+    DVC repository, the page template with which `dvc plots show` draws offline."""
     from flows.pipeline import write_dvc_yaml
     from stages.params import ParamsError
+    from stages.vega import install_dvc_template
 
     try:
         path = write_dvc_yaml(params, out)
     except ParamsError as e:
         raise typer.BadParameter(str(e), param_hint="--params") from None
     print(f"wrote {path}")
+    if (Path(out).parent / ".dvc").is_dir():
+        print(f"wrote {install_dvc_template(Path(out).parent)} (dvc plots show's page)")
 
 
 @bench_app.command("selfplay")

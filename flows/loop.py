@@ -29,8 +29,10 @@ from flows.runs import completed_generations, set_generations
 from gocore.atomic import write_text
 from stages import data
 from stages.params import load_params, run_section
+from stages.report import write_report
 from stages.spec import plan_of
 from stages.tracking import ENV_PARENT, open_tracker
+from stages.vega import install_dvc_template
 
 STAGES = ("selfplay", "shuffle", "train", "ema", "gate", "promote")  # of train.net's line
 
@@ -196,6 +198,7 @@ def loop(
     more: int | None = None,
     start: int = 0,
     resume_run: bool = False,
+    report: bool = True,
 ) -> list[dict]:
     """Run (or resume) the run in `repo` (a git repository with DVC): dvc.yaml is written
     from its params.yaml (run.generations), then every stage of every generation, in order.
@@ -208,7 +211,9 @@ def loop(
     ablate, growing a run one generation at a time, would otherwise ask DVC about every
     earlier stage again). `resume_run` logs to the run folder's latest loop run in MLflow
     instead of a new one (what the ablation does, whose arms grow by loops of a generation:
-    one run for the arm, its run.generations a tag, since a param cannot change)."""
+    one run for the arm, its run.generations a tag, since a param cannot change). With
+    `report`, a run that finishes ends by writing its page (stages.report), logged to the
+    loop's MLflow run."""
     logger = get_run_logger()
     params_path = Path(repo) / "params.yaml"
     if more is not None:
@@ -221,6 +226,10 @@ def loop(
     tracker = open_tracker(raw, params_path, base=Path(repo).resolve())
     in_source = (Path(repo) / "gocore").is_dir()
     write_dvc_yaml(params_path, Path(repo) / "dvc.yaml", code_deps=in_source)
+    try:  # `dvc plots show` draws offline: the chart scripts inlined in DVC's page
+        install_dvc_template(Path(repo))
+    except Exception as e:  # noqa: BLE001 - a page template never stops a training run
+        logger.warning("DVC's plots template not installed: %s", e)
     if dropped := clear_stale_locks(repo):
         logger.info("resuming: dropped %d DVC lock entries of a killed run", dropped)
     if still := wait_for_lock_holders(repo, LOCK_WAIT, logger.info):
@@ -273,6 +282,8 @@ def loop(
                 f"{champion['id']} ({champion.get('net', '?')})" if champion else "none yet",
             )
         status = "FINISHED"
+        if report:
+            report_run(Path(repo), tracker, parent, logger)
     except KeyboardInterrupt:
         status = "KILLED"
         raise
@@ -283,6 +294,20 @@ def loop(
         if tracker is not None:
             tracker.client.set_terminated(parent, status)
     return results
+
+
+def report_run(repo: Path, tracker, parent: str | None, logger) -> Path | None:
+    """The run's page (stages.report), logged to the loop's MLflow run under report/. A page
+    that cannot be written is a warning: the run itself is done."""
+    try:
+        page = write_report(repo)
+        if tracker is not None and parent is not None:
+            tracker.client.log_artifacts(parent, str(page.parent), "report")
+    except Exception as e:  # noqa: BLE001 - any failure: said, and the run still finishes
+        logger.warning("the run's report was not written: %s", e)
+        return None
+    logger.info("report: %s", page.resolve())
+    return page
 
 
 # What a stop must reach: the stage's process, the MLflow run of the loop.

@@ -47,6 +47,8 @@ def stages_of(n: int, plan: Plan, code_deps: bool = True) -> dict[str, dict]:
 
 
 # DVC's plots of a run: the columns of the last generation's history (one row per generation).
+# DVC makes a chart's element id from its title and quotes it in JavaScript with '...': a title
+# with an apostrophe leaves its chart undrawn (tests/test_report.py draws them all in Chromium).
 PLOTS = {
     "champion Elo (from the gate games; uniform priors = 0)": ["champion_elo"],
     "gate win rate of the candidate": ["gate_win_rate"],
@@ -54,7 +56,7 @@ PLOTS = {
     "training losses": ["loss_total", "loss_policy", "loss_outcome", "loss_ownership"],
     # stages.data's figures of each generation's self-play rows
     "self-play game length (moves)": ["data_game_length"],
-    "self-play data: Black's win rate, games ended early, value calibration error": [
+    "self-play data: Black win rate, games ended early, value calibration error": [
         "data_black_win_rate",
         "data_early_end_games",
         "data_value_calibration_error",
@@ -86,7 +88,7 @@ def plots(plan: Plan) -> list[dict]:
         ]  # fmt: skip
         if plan.evaluation.opponents:
             rates = [f"win_rate_{name}" for name in plan.evaluation.opponents]
-            out.append({"champion's win rate against each fixed opponent": {
+            out.append({"champion win rate against each fixed opponent": {
                 "x": "generation", "y": {ladder: rates}, "template": "linear"}})  # fmt: skip
     return out
 

@@ -187,5 +187,8 @@ def where(repo: Path) -> str:
             lines.append("champion:  none yet (no candidate has passed its gate)")
     lines.append(f"MLflow UI: tengen ui --repo {repo}   (then http://127.0.0.1:5000)")
     lines.append(f"reports:   {repo / layout.REPORTS} (selfplay/, train/, gate/, eval/)")
-    lines.append(f"plots:     cd {repo} && dvc plots show")
+    page = repo / layout.REPORTS / "report" / "index.html"
+    if page.is_file():
+        lines.append(f"report:    {page}   (tengen report --help)")
+    lines.append(f"plots:     cd {repo} && dvc plots show   (then open dvc_plots/index.html)")
     return "\n".join(lines)

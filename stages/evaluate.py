@@ -84,8 +84,12 @@ def dvc(n: int, plan: Plan) -> list[DvcStage]:
     return [
         DvcStage(
             f"evaluate-{n}", "stages.evaluate", f"--generation {n}{flag}", measured,
-            deps=tuple(map(str, deps)), outs=(str(layout.eval_games(n)),),
-            metrics=(str(layout.eval_report(n)),), plots=(str(layout.eval_history(n)),),
+            deps=tuple(map(str, deps)),
+            # The history is drawn by dvc.yaml's top-level plots; declared as plots here too,
+            # DVC would draw it a second time with its default template (step against one
+            # column), a useless chart per evaluation.
+            outs=(str(layout.eval_games(n)), {str(layout.eval_history(n)): {"cache": False}}),
+            metrics=(str(layout.eval_report(n)),),
         )
     ]  # fmt: skip
 

@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 # The CUDA kernels run in numba's CUDA simulator unless a real GPU run is asked for with
@@ -39,6 +40,107 @@ def gnugo_path() -> str:
             pytest.fail(GNUGO_HOWTO)
         pytest.skip(GNUGO_HOWTO)
     return path
+
+
+CHROMIUM_HOWTO = "Chromium is not installed: apt-get install -y chromium (a headless browser)"
+
+
+@pytest.fixture(scope="session")
+def chromium_path() -> str:
+    path = shutil.which("chromium") or shutil.which("chromium-browser")
+    if path is None:
+        if os.environ.get("TENGEN_REQUIRE_CHROMIUM"):  # CI installs it: missing is a failure
+            pytest.fail(CHROMIUM_HOWTO)
+        pytest.skip(CHROMIUM_HOWTO)
+    return path
+
+
+def render_offline(chromium: str, page: Path, screenshot: Path | None = None) -> str:
+    """The page's DOM after its scripts ran in headless Chromium with the network off (every
+    host resolves to nothing and every request goes to a closed proxy), as a person would see
+    it on a machine without internet."""
+    args = [
+        chromium,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--proxy-server=http://127.0.0.1:9",
+        "--host-resolver-rules=MAP * ~NOTFOUND",
+        "--virtual-time-budget=20000",
+        f"--user-data-dir={tempfile.mkdtemp(prefix='chromium-')}",
+    ]
+    if screenshot is not None:
+        subprocess.run(
+            [
+                *args,
+                "--window-size=1300,3000",
+                f"--screenshot={screenshot}",
+                page.resolve().as_uri(),
+            ],
+            capture_output=True,
+            timeout=120,
+        )
+    result = subprocess.run(
+        [*args, "--dump-dom", page.resolve().as_uri()], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0 and "<body" in result.stdout, result.stderr[-2000:]
+    return result.stdout
+
+
+VOID = {
+    "area",
+    "base",
+    "br",
+    "col",
+    "embed",
+    "hr",
+    "img",
+    "input",
+    "link",
+    "meta",
+    "source",
+    "track",
+    "wbr",
+}
+
+
+def drawn_charts(dom: str) -> dict[str, int]:
+    """Each chart of a rendered page (an element vegaEmbed drew into, by its id) and how many
+    data marks its SVG holds: the paths, lines, rects and symbols of vega's mark groups
+    (class role-mark), not axes, legends or titles. 0: the chart's frame is there, its data
+    is not."""
+    import html.parser
+
+    class Charts(html.parser.HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.stack: list[tuple[str | None, bool]] = []  # (chart id, in a mark group)
+            self.marks: dict[str, int] = {}
+
+        def handle_starttag(self, tag, attrs):
+            attrs = dict(attrs)
+            classes = (attrs.get("class") or "").split()
+            chart, in_mark = self.stack[-1] if self.stack else (None, False)
+            if "vega-embed" in classes:
+                chart = attrs.get("id") or f"chart {len(self.marks)}"
+                self.marks.setdefault(chart, 0)
+            if chart and in_mark and tag in ("path", "line", "rect", "circle"):
+                self.marks[chart] += attrs.get("d", "x") != ""
+            if tag == "g":
+                in_mark = "role-mark" in classes
+            if tag not in VOID:
+                self.stack.append((chart, in_mark))
+
+        def handle_endtag(self, tag):
+            if self.stack and tag not in VOID:
+                self.stack.pop()
+
+    parser = Charts()
+    parser.feed(dom)
+    return parser.marks
 
 
 def tengen_command() -> str:
