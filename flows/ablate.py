@@ -610,7 +610,7 @@ def run(ab: Ablation, *, log: Callable = print) -> dict:
     from flows.loop import loop, when_stopped
 
     def arm_loop(repo: str, **kwargs):  # one MLflow loop run an arm, over its loops
-        return loop(repo, resume_run=True, report=False, **kwargs)  # one page: the ablation's
+        return loop(repo, resume_run=True, report=False, **kwargs)  # not after each step
 
     _prepare(ab)
     summary = _Summary(ab)

@@ -781,6 +781,10 @@ def report(
         print(f"tengen {e}", file=sys.stderr)  # "tengen report: ..."
         raise typer.Exit(2) from None
     print(f"report: {page.resolve()}")
+    if (repo / ".dvc").is_dir():  # a run from before the loop installed it, too
+        from stages.vega import install_dvc_template
+
+        print(f"dvc plots show draws offline: {install_dvc_template(repo)}")
 
 
 @app.command("pipeline")

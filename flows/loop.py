@@ -282,8 +282,6 @@ def loop(
                 f"{champion['id']} ({champion.get('net', '?')})" if champion else "none yet",
             )
         status = "FINISHED"
-        if report:
-            report_run(Path(repo), tracker, parent, logger)
     except KeyboardInterrupt:
         status = "KILLED"
         raise
@@ -293,6 +291,8 @@ def loop(
         _running.update(tracker=None, parent=None)
         if tracker is not None:
             tracker.client.set_terminated(parent, status)
+    if report:  # the run is done (and its MLflow run FINISHED): its page
+        report_run(Path(repo), tracker, parent, logger)
     return results
 
 

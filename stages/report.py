@@ -25,7 +25,9 @@ from pathlib import Path
 from stages import layout
 from stages.cli import InputError
 
-OUT = layout.REPORTS / "report"  # in the run folder: index.html and a PNG per chart
+OUT = layout.REPORTS / "report"  # in the run folder: index.html, a PNG per chart, games/
+CHART_KEYS = ("elo-generation", "elo-compute", "win-rates", "losses", "rows", "nets", "gate",
+              "data")  # fmt: skip
 PAGE = "index.html"
 GAMES = 4  # games of the latest champion against GNU Go shown on the board
 MLFLOW_UI = "http://127.0.0.1:5000"  # where `tengen ui` serves a run folder's store
@@ -52,18 +54,27 @@ DATA_FIGURES = {
 }
 
 
-def _read_json(path: Path):
+def _read_json(path: Path, kind: type = dict):
+    """A report file's JSON, which must be a `kind` (a list: of rows, each with its
+    generation); InputError naming the file otherwise."""
     try:
-        return json.loads(path.read_text())
+        value = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise InputError(
             f"report: {path} cannot be read ({e}); rerun the stage that wrote it"
         ) from None
+    rows_ok = kind is not list or all(
+        isinstance(r, dict) and isinstance(r.get("generation"), int) for r in value
+    )
+    if not isinstance(value, kind) or not rows_ok:
+        what = "a list of rows with a generation each" if kind is list else "a JSON object"
+        raise InputError(f"report: {path} is not {what}; rerun the stage that wrote it")
+    return value
 
 
-def _by_generation(folder: Path, suffix: str = "") -> dict[int, Path]:
-    """gen-N<suffix>.json files of a folder by N (suffix '' : the plain ones only)."""
-    pattern = re.compile(rf"gen-(\d+){re.escape(suffix)}\.json")
+def _by_generation(folder: Path, prefix: str = "gen-") -> dict[int, Path]:
+    """<prefix>N.json files of a folder by N, in order."""
+    pattern = re.compile(rf"{re.escape(prefix)}(\d+)\.json")
     found = {}
     if folder.is_dir():
         for path in folder.iterdir():
@@ -73,17 +84,17 @@ def _by_generation(folder: Path, suffix: str = "") -> dict[int, Path]:
 
 
 def _latest(folder: Path, prefix: str = "gen-") -> Path | None:
-    pattern = re.compile(rf"{re.escape(prefix)}(\d+)\.json")
-    paths = (
-        [
-            (int(m.group(1)), p)
-            for p in folder.glob(f"{prefix}*.json")
-            if (m := pattern.fullmatch(p.name))
-        ]
-        if folder.is_dir()
-        else []
-    )
-    return max(paths)[1] if paths else None
+    found = _by_generation(folder, prefix)
+    return found[max(found)] if found else None
+
+
+def _by_generation_and_net(folder: Path) -> dict[tuple[int, str], dict]:
+    """gen-N[-<net>].json reports by (N, net), net '' for train.net's (stages.layout)."""
+    found = {}
+    for path in sorted(folder.glob("gen-*.json")):
+        if m := re.fullmatch(r"gen-(\d+)(?:-(.+))?\.json", path.name):
+            found[(int(m.group(1)), m.group(2) or "")] = _read_json(path)
+    return dict(sorted(found.items()))
 
 
 # --- what the page shows ---------------------------------------------------------------
@@ -95,6 +106,8 @@ def collect(repo: Path) -> dict:
     from stages.params import ParamsError, load_params
 
     repo = Path(repo)
+    if not repo.is_dir():
+        raise InputError(f"report: {repo} does not exist")
     if not (repo / "params.yaml").is_file():
         raise InputError(f"report: {repo} is not a run folder (no params.yaml)")
     try:
@@ -103,19 +116,13 @@ def collect(repo: Path) -> dict:
         raise InputError(f"report: {e}") from None
     reports = repo / layout.REPORTS
     history_path = _latest(reports / "history")
-    history = _read_json(history_path) if history_path else []
+    history = _read_json(history_path, list) if history_path else []
     ladder_path = _latest(reports / "eval", "history-gen-")
-    ladder = _read_json(ladder_path) if ladder_path else []
+    ladder = _read_json(ladder_path, list) if ladder_path else []
     evals = {n: _read_json(p) for n, p in _by_generation(reports / "eval").items()}
     selfplay = {n: _read_json(p) for n, p in _by_generation(reports / "selfplay").items()}
-    train = {}
-    for path in sorted((reports / "train").glob("gen-*.json")):
-        if m := re.fullmatch(r"gen-(\d+)(?:-(.+))?\.json", path.name):
-            train[(int(m.group(1)), m.group(2) or "")] = _read_json(path)
-    gates = {}
-    for path in sorted((reports / "gate").glob("gen-*.json")):
-        if m := re.fullmatch(r"gen-(\d+)(?:-(.+))?\.json", path.name):
-            gates[(int(m.group(1)), m.group(2) or "")] = _read_json(path)
+    train = _by_generation_and_net(reports / "train")
+    gates = _by_generation_and_net(reports / "gate")
     promotions = {}
     n = 0
     while (repo / layout.promotion(n)).is_file():
@@ -135,8 +142,7 @@ def collect(repo: Path) -> dict:
 
 
 def _fixed_opponents(facts: dict) -> list[str]:
-    names = list((facts["params"].get("evaluate") or {}).get("opponents") or {})
-    return names
+    return list((facts["params"].get("evaluate") or {}).get("opponents") or {})
 
 
 def _anchor(facts: dict) -> str:
@@ -187,7 +193,7 @@ def _lines(title: str, values: list[dict], x: dict, y: dict, *, color: dict | No
         high = {"field": bars[1]}
         layers.append({"mark": {"type": "rule", "opacity": 0.6},
                        "encoding": {"x": x, "y": low, "y2": high, **colored}})  # fmt: skip
-    tips = [t for t in (color, x, y, *tooltip) if t]
+    tips = [t for t in (color, x if x["field"] == "generation" else None, y, *tooltip) if t]
     layers.append({"mark": {"type": "line", "point": True},
                    "encoding": {"x": x, "y": y, **colored, "tooltip": tips}})  # fmt: skip
     if rule is not None:
@@ -215,11 +221,11 @@ def charts(facts: dict) -> list[tuple[str, dict]]:
                 *(r["generation"] for r in facts["ladder"]), 0])  # fmt: skip
     x = _generation_axis(last)
     anchor = _anchor(facts)
-    ladder = [{**row, "low": row["elo"] - row.get("elo_stderr", 0.0),
-               "high": row["elo"] + row.get("elo_stderr", 0.0),
-               "evaluations_m": row.get("selfplay_evaluations", 0.0) / 1e6,
-               "selfplay_minutes": row.get("selfplay_seconds", 0.0) / 60}
-              for row in facts["ladder"] if row.get("elo") is not None]  # fmt: skip
+    ladder = [{**row, "low": row["elo"] - (row.get("elo_stderr") or 0.0),
+               "high": row["elo"] + (row.get("elo_stderr") or 0.0),
+               "evaluations_m": (row.get("selfplay_evaluations") or 0.0) / 1e6,
+               "selfplay_minutes": (row.get("selfplay_seconds") or 0.0) / 60}
+              for row in facts["ladder"] if isinstance(row.get("elo"), (int, float))]  # fmt: skip
     if ladder:
         elo = _q("elo", "Elo")
         more = (_q("elo_stderr", "standard error"), _q("generation", "generation"),
@@ -232,19 +238,25 @@ def charts(facts: dict) -> list[tuple[str, dict]]:
         out.append(("elo-compute", _lines(
             f"Elo against self-play compute ({anchor} = 0)", ladder, compute, elo,
             bars=("low", "high"), rule=0.0, tooltip=more)))  # fmt: skip
-    fixed = set(_fixed_opponents(facts))
-    rates = [{"generation": n, "opponent": p["opponent"], "win_rate": p["a_win_rate"],
-              "low": (p.get("a_win_rate_95ci") or [None, None])[0],
+    fixed = _fixed_opponents(facts)
+    # Each opponent's points a little apart along x, so that lines at the same rate (every
+    # game won against the easy rungs) and their intervals stay visible.
+    spread = {name: (i - (len(fixed) - 1) / 2) * min(0.12, 0.5 / max(len(fixed), 1))
+              for i, name in enumerate(fixed)}  # fmt: skip
+    rates = [{"generation": n, "at": n + spread[p["opponent"]], "opponent": p["opponent"],
+              "win_rate": p["a_win_rate"], "low": (p.get("a_win_rate_95ci") or [None, None])[0],
               "high": (p.get("a_win_rate_95ci") or [None, None])[1],
               "games": p["games"], "wins": p.get("a_wins")}
-             for n, report in facts["evals"].items() for p in report.get("pairings", [])
-             if p.get("opponent") in fixed and p.get("games")]  # fmt: skip
+             for n, report in facts["evals"].items() for p in report.get("pairings") or []
+             if p.get("opponent") in spread and p.get("games")]  # fmt: skip
     if rates:
         out.append(("win-rates", _lines(
-            "win rate against each fixed opponent (bars: 95% interval)", rates, x,
-            _q("win_rate", "win rate", scale={"domain": [0, 1]}),
-            color={"field": "opponent", "type": "nominal", "title": "opponent"},
-            bars=("low", "high"), tooltip=(_q("wins", "wins"), _q("games", "games")))))  # fmt: skip
+            "win rate against each fixed opponent (bars: 95% interval)", rates,
+            {**x, "field": "at"}, _q("win_rate", "win rate", scale={"domain": [0, 1]}),
+            color={"field": "opponent", "type": "nominal", "title": "opponent", "sort": fixed},
+            bars=("low", "high"),
+            tooltip=(_q("generation", "generation"), _q("wins", "wins"),
+                     _q("games", "games")))))  # fmt: skip
     losses = _numbers(history, {f"loss_{t}": t for t in LOSS_TERMS}, "term", "loss")
     losses = [row for row in losses if row["loss"] > 0]  # a log scale
     if losses:
@@ -270,7 +282,8 @@ def charts(facts: dict) -> list[tuple[str, dict]]:
                                   "tooltip": [x, _q("value", "value", format=".4")]}},
             "resolve": {"scale": {"y": "independent"}},
         }))  # fmt: skip
-    gated = [{"generation": n, "net": net or "train.net", "win_rate": g.get("win_rate"),
+    main_net = (facts["params"].get("train") or {}).get("net", "train.net")
+    gated = [{"generation": n, "net": net or main_net, "win_rate": g.get("win_rate"),
               "games": g.get("games"), "passed": bool(g.get("passed"))}
              for (n, net), g in facts["gates"].items() if g.get("games")]  # fmt: skip
     if gated:
@@ -349,7 +362,8 @@ def _game(path: Path, champion: str) -> dict | None:
         except ValueError:  # IllegalMoveError: not a game our referee wrote; left out
             return None
         frames.append(frame())
-        moves.append(["b" if color == BLACK else "w", list(move) if move else None])
+        where = _gtp_point(move, record.size) if move else "pass"
+        moves.append(["b" if color == BLACK else "w", list(move) if move else None, where])
     black, white = record.black or "Black", record.white or "White"
     # The champion plays as "A" in tengen's matches; its id is in the player's name.
     champion_black = "(A)" in black or (champion and champion in black)
@@ -369,19 +383,30 @@ def _game(path: Path, champion: str) -> dict | None:
     }
 
 
+COLUMNS = "ABCDEFGHJKLMNOPQRSTUVWXYZ"  # GTP's column letters: no I
+
+
+def _gtp_point(p: tuple[int, int], size: int) -> str:
+    """(x, y), y = 0 the top row, as GTP writes it: the column letter, the row from below."""
+    return f"{COLUMNS[p[0]]}{size - p[1]}"
+
+
 def board_svg(size: int, frame: str, last: list | None = None) -> str:
-    """A static SVG of one position (what the page shows before its script runs)."""
-    cell, pad = 32, 24
+    """A static SVG of one position, with GTP's coordinates (what the page shows before its
+    script runs, and where scripts do not run: MLflow's artifact view)."""
+    cell, pad = 32, 30
     width = pad * 2 + cell * (size - 1)
     parts = [
         f'<svg class="board" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} '
-        f'{width}" width="{width}" height="{width}">',
+        f'{width}" width="{width}" height="{width}" font-size="11" font-family="sans-serif">',
         f'<rect width="{width}" height="{width}" fill="#dcb35c"/>',
     ]
     for i in range(size):
         a = pad + i * cell
         parts.append(f'<line x1="{pad}" y1="{a}" x2="{width - pad}" y2="{a}" stroke="#000"/>')
         parts.append(f'<line x1="{a}" y1="{pad}" x2="{a}" y2="{width - pad}" stroke="#000"/>')
+        parts.append(f'<text x="{a}" y="{width - 8}" text-anchor="middle">{COLUMNS[i]}</text>')
+        parts.append(f'<text x="10" y="{a + 4}" text-anchor="middle">{size - i}</text>')
     for index, c in enumerate(frame):
         if c == ".":
             continue
@@ -411,7 +436,7 @@ def mlflow_links(facts: dict, ui: str = MLFLOW_UI) -> dict:
     import os
 
     from stages.params import ParamsError
-    from stages.tracking import settings, store_uri
+    from stages.tracking import settings, store_uri, workspace_key
 
     try:
         params = settings(facts["params"], facts["repo"] / "params.yaml")
@@ -425,24 +450,29 @@ def mlflow_links(facts: dict, ui: str = MLFLOW_UI) -> dict:
     if uri.startswith(("http://", "https://")):
         ui = uri.rstrip("/")
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    # A tracking server that does not answer: one short try, not MLflow's minutes of retries.
+    quick = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
+    saved = {k: os.environ.get(k) for k in quick}
+    os.environ.update({k: v for k, v in quick.items() if saved[k] is None})
     try:
-        import hashlib
-
         from mlflow import MlflowClient
 
         client = MlflowClient(uri)
         experiment = client.get_experiment_by_name(params.experiment)
         if experiment is None:
             return {"error": f"no experiment {params.experiment!r} in {uri}"}
-        key = hashlib.sha256(str(facts["repo"]).encode()).hexdigest()[:16]
         runs = client.search_runs(
             [experiment.experiment_id],
-            f"tags.`tengen.workspace_key` = '{key}'",
+            f"tags.`tengen.workspace_key` = '{workspace_key(facts['repo'])}'",
             max_results=5000,
             order_by=["attributes.start_time ASC"],
         )
     except Exception as e:  # noqa: BLE001 - any store failure: the page says so, without links
         return {"error": f"MLflow store {uri} cannot be read: {e}"}
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
 
     def url(run) -> str:
         return f"{ui}/#/experiments/{experiment.experiment_id}/runs/{run.info.run_id}"
@@ -515,8 +545,9 @@ def _summary(facts: dict) -> str:
                 else "none yet (no candidate passed its gate)",
             )
         )
-    evaluations = sum(
-        r.get("evaluations_per_s", 0) * r.get("seconds", 0) for r in facts["selfplay"].values()
+    evaluations = sum(  # as the evaluate stage counts them (compute_spent)
+        r.get("evaluations", (r.get("evaluations_per_s") or 0) * (r.get("seconds") or 0))
+        for r in facts["selfplay"].values()
     )
     seconds = sum(r.get("seconds", 0) for r in facts["selfplay"].values())
     if facts["selfplay"]:
@@ -576,13 +607,21 @@ def _generation_table(facts: dict, links: dict) -> str:
     for n in gens:
         promotion = facts["promotions"].get(n, {})
         champion = (promotion.get("champion") or {}).get("id", "-")
-        decision = promotion.get("decision") or {}
+        decisions = promotion.get("decisions") or (
+            {"": promotion["decision"]} if promotion.get("decision") else {}
+        )
         gate = (
-            "no gate"
-            if decision.get("skipped")
-            else f"{_fmt(decision.get('win_rate'))} of {decision.get('games', 0)}"
-            if decision
-            else "-"
+            "; ".join(
+                (f"{line}: " if len(decisions) > 1 else "")
+                + (
+                    "no gate"
+                    if d.get("skipped")
+                    else f"{_fmt(d.get('candidate_wins'))}/{d.get('games', 0)} won, "
+                    + ("passed" if d.get("passed") else "failed")
+                )
+                for line, d in decisions.items()
+            )
+            or "-"
         )
         sp = facts["selfplay"].get(n, {})
         row = history.get(n, {})
@@ -605,48 +644,61 @@ def _generation_table(facts: dict, links: dict) -> str:
         )
     return (
         "<table><tr><th>generation</th><th>champion</th><th>nets trained</th>"
-        "<th>promoted</th><th>gate</th><th>self-play games</th><th>rows</th><th>seconds</th>"
+        "<th>promoted</th><th>gate (candidate's wins)</th><th>self-play games</th>"
+        "<th>self-play rows</th><th>self-play seconds</th>"
         "<th>window rows</th><th>loss</th><th>MLflow runs</th></tr>" + "".join(rows) + "</table>"
     )
 
 
-def _games_html(games: list[tuple[Path, dict]], out_dir: Path) -> tuple[str, list[dict]]:
-    import os
+def _games_html(
+    games: list[tuple[Path, dict]], out_dir: Path, generation: int | None
+) -> tuple[str, list[dict]]:
+    """The games' blocks (their SGFs copied into games/ beside the page, so the links hold
+    wherever the folder goes: MLflow's artifacts, a copy) and the frames for the script."""
+    import shutil
 
     blocks, data = [], []
     for i, (path, game) in enumerate(games):
-        rel = os.path.relpath(path, out_dir)
-        who = "Black" if game["champion_black"] else "White"
+        copy = Path("games") / f"gen-{generation}-{path.parent.parent.name}-{path.name}"
+        (out_dir / copy).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, out_dir / copy)
+        side = "Black" if game["champion_black"] else "White"
+        outcome = "won" if game["champion_won"] else "lost"
         last_move = next((m[1] for m in reversed(game["moves"]) if m[1]), None)
+        count = len(game["moves"])
         blocks.append(
-            f'<div class="game" id="game-{i}"><h3>{_e(game["result"])}</h3>'
-            f"<p>Black: {_e(game['black'])}<br>White: {_e(game['white'])}</p>"
-            f"<p>the champion plays {who}; komi {_e(game['komi'])}"
+            f'<div class="game" id="game-{i}"><h3>the champion ({side}) {outcome}: '
+            f"{_e(game['result'])}</h3>"
+            f"<p>Black: {_e(game['black'])}<br>White: {_e(game['white'])}<br>"
+            f"komi {_e(game['komi'])}"
             + (f", handicap {_e(game['handicap'])}" if game["handicap"] else "")
-            + f'; {len(game["moves"])} moves; <a href="{_e(rel)}">SGF</a></p>'
+            + f'; {count} moves; <a href="{_e(copy.as_posix())}">SGF</a></p>'
             f'<div class="viewer">{board_svg(game["size"], game["frames"][-1], last_move)}</div>'
             f'<div class="controls"><button data-step="-1000">|&lt;</button>'
             f'<button data-step="-1">&lt;</button>'
-            f'<input type="range" min="0" max="{len(game["moves"])}" value="{len(game["moves"])}">'
+            f'<input type="range" min="0" max="{count}" value="{count}">'
             f'<button data-step="1">&gt;</button><button data-step="1000">&gt;|</button>'
-            f' <span class="move">move {len(game["moves"])}</span></div></div>'
+            f' <span class="move">move {count}</span></div></div>'
         )
         data.append({"size": game["size"], "frames": game["frames"], "moves": game["moves"]})
     return "".join(blocks), data
 
 
 BOARD_SCRIPT = """
-// The boards: each game's frames (the position after each move), drawn as SVG on demand.
+// The boards: each game's frames (the position after each move), drawn as SVG on demand,
+// as stages.report.board_svg draws them.
 (function () {
-  const NS = "http://www.w3.org/2000/svg";
+  const NS = "http://www.w3.org/2000/svg", COLUMNS = "ABCDEFGHJKLMNOPQRSTUVWXYZ";
   function draw(holder, game, k) {
-    const n = game.size, cell = 32, pad = 24, w = pad * 2 + cell * (n - 1);
+    const n = game.size, cell = 32, pad = 30, w = pad * 2 + cell * (n - 1);
     const svg = document.createElementNS(NS, "svg");
-    svg.setAttribute("class", "board"); svg.setAttribute("viewBox", `0 0 ${w} ${w}`);
-    svg.setAttribute("width", w); svg.setAttribute("height", w);
-    function add(name, attrs) {
+    for (const [key, value] of Object.entries({class: "board", viewBox: `0 0 ${w} ${w}`,
+        width: w, height: w, "font-size": 11, "font-family": "sans-serif"}))
+      svg.setAttribute(key, value);
+    function add(name, attrs, text) {
       const el = document.createElementNS(NS, name);
       for (const [key, value] of Object.entries(attrs)) el.setAttribute(key, value);
+      if (text !== undefined) el.textContent = text;
       svg.appendChild(el); return el;
     }
     add("rect", {width: w, height: w, fill: "#dcb35c"});
@@ -654,6 +706,8 @@ BOARD_SCRIPT = """
       const a = pad + i * cell;
       add("line", {x1: pad, y1: a, x2: w - pad, y2: a, stroke: "#000"});
       add("line", {x1: a, y1: pad, x2: a, y2: w - pad, stroke: "#000"});
+      add("text", {x: a, y: w - 8, "text-anchor": "middle"}, COLUMNS[i]);
+      add("text", {x: 10, y: a + 4, "text-anchor": "middle"}, String(n - i));
     }
     const frame = game.frames[k];
     for (let i = 0; i < frame.length; i++) {
@@ -677,7 +731,7 @@ BOARD_SCRIPT = """
       range.value = k; draw(holder, game, k);
       const move = k > 0 ? game.moves[k - 1] : null;
       label.textContent = k === 0 ? "the start" :
-        `move ${k}: ${move[0] === "b" ? "Black" : "White"} ${move[1] ? "" : "passes"}`;
+        `move ${k}: ${move[0] === "b" ? "Black" : "White"} ${move[2]}`;
     }
     range.addEventListener("input", () => show(Number(range.value)));
     root.querySelectorAll("button").forEach(b => b.addEventListener("click",
@@ -715,18 +769,18 @@ def render(
 
     name = facts["repo"].name
     when = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
-    sections = {
-        "strength": ["elo-generation", "elo-compute", "win-rates"],
-        "training": ["losses", "rows", "nets", "gate"],
-        "self-play data": ["data"],
-    }
+    sections = {"strength": CHART_KEYS[:3], "training": CHART_KEYS[3:7], "self-play data": ["data"]}
     by_key = dict(specs)
     parts = [f"<h1>tengen run {_e(name)}</h1><p>report written {_e(when)}</p>", _summary(facts)]
     for title, keys in sections.items():
         present = [k for k in keys if k in by_key]
         parts.append(f"<h2>{_e(title)}</h2>")
-        if title == "training" and not facts["gates"]:
-            parts.append("<p>No gate games (gate.games: 0): every candidate was promoted.</p>")
+        if title == "training" and "gate" not in present:
+            gate_games = (facts["params"].get("gate") or {}).get("games")
+            parts.append("<p>No gate (gate.games: 0): every candidate is promoted.</p>"
+                         if gate_games == 0 else "<p>No gate games played yet.</p>")  # fmt: skip
+        if title == "self-play data" and not present:
+            parts.append("<p>No self-play data figures yet (the shuffle stage writes them).</p>")
         if present:
             parts.append(
                 '<div class="charts">'
@@ -738,8 +792,13 @@ def render(
         if title == "strength":
             parts.append(_ladder_table(facts))
     parts.append("<h2>generations</h2>" + _generation_table(facts, links))
-    games_html, games_data = _games_html(games, out_dir)
-    parts.append("<h2>the latest champion against GNU Go</h2>")
+    shown = list(facts["evals"])[-1] if facts["evals"] else None
+    games_html, games_data = _games_html(games, out_dir, shown)
+    parts.append(
+        f"<h2>generation {shown}'s champion (the latest evaluated) against GNU Go</h2>"
+        if shown is not None
+        else "<h2>games against GNU Go</h2>"
+    )
     parts.append(
         f'<div class="games">{games_html}</div>'
         if games
@@ -752,9 +811,15 @@ def render(
         parts.append(
             f"<p>Store {_e(links['store'])}; open its UI with <code>tengen ui --repo "
             f"{_e(facts['repo'])}</code>, then the {_link('experiment', links['experiment'])}. "
-            "The loop runs:</p><ul>"
-            + "".join(f"<li>{_link(n, u)} ({_e(s)})</li>" for n, u, s in links["loops"])
-            + "</ul><p>Each stage's run is linked from its generation's row above.</p>"
+            + (
+                "The loop runs:</p><ul>"
+                + "".join(f"<li>{_link(n, u)} ({_e(s)})</li>" for n, u, s in links["loops"])
+                + "</ul><p>Each stage's run is linked from its generation's row above.</p>"
+                if links["loops"]
+                else "No runs of this folder in the store: runs are found by the folder's "
+                "absolute path (tag tengen.workspace), so a moved or copied folder's runs are "
+                "under its old path.</p>"
+            )
         )
     charts_json = _json_script({k: s for k, s in specs})
     body = "\n".join(parts)
@@ -793,13 +858,21 @@ def write_report(
     from stages.vega import png
 
     repo = Path(repo)
+    facts = collect(repo)  # first: a folder that is no run leaves nothing behind
     out_dir = Path(out) if out is not None else repo / OUT
     out_dir.mkdir(parents=True, exist_ok=True)
-    facts = collect(repo)
     specs = charts(facts)
     picked = pick_games(facts, games)
     links = mlflow_links(facts, mlflow_ui)
+    stale = [out_dir / "games"] if (out_dir / "games").is_dir() else []
+    for folder in stale:  # an earlier report's games: this one copies its own
+        for old in folder.glob("*.sgf"):
+            old.unlink()
     page = write_text(render(facts, specs, picked, links, out_dir.resolve()), out_dir / PAGE)
+    made = {f"{key}.png" for key, _ in specs}
+    for old in out_dir.glob("*.png"):  # charts an earlier report drew that this run has not
+        if old.name not in made and old.stem in CHART_KEYS:
+            old.unlink()
     if pngs:
         for key, spec in specs:
             write_bytes(png(spec), out_dir / f"{key}.png")

@@ -101,6 +101,11 @@ def experiment(client, name: str, uri: str) -> str:
     return exp.experiment_id
 
 
+def workspace_key(base: Path) -> str:
+    """The tag value that marks a workspace's runs (from its absolute path)."""
+    return hashlib.sha256(str(base).encode()).hexdigest()[:16]
+
+
 class Tracker:
     """An MLflow store and experiment, opened for one workspace."""
 
@@ -122,7 +127,7 @@ class Tracker:
         """Where and by which process a run is made (to close it if that process dies)."""
         return {
             "tengen.workspace": str(self.base),
-            "tengen.workspace_key": hashlib.sha256(str(self.base).encode()).hexdigest()[:16],
+            "tengen.workspace_key": workspace_key(self.base),
             "tengen.host": socket.gethostname(),
             "tengen.pid": str(os.getpid()),
         }

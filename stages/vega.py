@@ -17,6 +17,7 @@ from pathlib import Path
 from gocore.atomic import write_text
 
 TEMPLATE = "plots.html"  # in .dvc/, the name DVC's config gives relative to that folder
+DVC_VEGA_LITE = "5"  # DVC's templates are vega-lite 5 specs: its page gets the newest 5.x
 SVG_RENDERER = """<script>
 // Every chart drawn as SVG (sharp at any zoom, and its marks are in the page), and no links
 // to the online Vega editor: a machine without internet cannot open them.
@@ -38,26 +39,30 @@ SVG_RENDERER = """<script>
 </script>"""
 
 
-@functools.cache
-def versions() -> dict[str, str]:
+def vegalite_version(major: str | None = None) -> str:
+    """The newest vega-lite that vl-convert ships (of that major version, if it has one)."""
     import vl_convert
 
-    return {
+    shipped = vl_convert.get_vegalite_versions()
+    matching = [v for v in shipped if major is None or v.split(".")[0] == major]
+    return (matching or shipped)[-1]
+
+
+@functools.cache
+def scripts(vegalite_major: str | None = None) -> str:
+    """The <script> elements that define vegaEmbed, vega and vegaLite (the newest vega-lite,
+    or the newest of a major version), inlined (~0.9 MB)."""
+    import vl_convert
+
+    versions = {
         "vega": vl_convert.get_vega_version(),
-        "vega-lite": vl_convert.get_vegalite_versions()[-1],
+        "vega-lite": vegalite_version(vegalite_major),
         "vega-embed": vl_convert.get_vega_embed_version(),
     }
-
-
-@functools.cache
-def scripts() -> str:
-    """The <script> elements that define vegaEmbed, vega and vegaLite, inlined (~0.9 MB)."""
-    import vl_convert
-
-    bundle = vl_convert.javascript_bundle()
+    bundle = vl_convert.javascript_bundle(vl_version=versions["vega-lite"])
     # Inside a <script> element only "</script" (any case) and "<!--" can end or change it.
     bundle = re.sub(r"</(script)", r"<\\/\1", bundle, flags=re.IGNORECASE).replace("<!--", "<\\!--")
-    named = ", ".join(f"{k} {v}" for k, v in versions().items())
+    named = ", ".join(f"{k} {v}" for k, v in versions.items())
     head = f"<!-- {named}, inlined from vl-convert-python -->"
     return f"{head}\n<script>\n{bundle}\n</script>\n{SVG_RENDERER}"
 
@@ -83,7 +88,7 @@ DVC_PAGE = """<!DOCTYPE html>
 
 def dvc_template() -> str:
     """DVC's page with the scripts inlined; no {scripts} placeholder, so DVC adds no CDN tags."""
-    return DVC_PAGE.replace("<!--tengen:scripts-->", scripts())
+    return DVC_PAGE.replace("<!--tengen:scripts-->", scripts(DVC_VEGA_LITE))
 
 
 def install_dvc_template(repo: Path) -> Path:

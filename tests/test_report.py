@@ -87,16 +87,20 @@ def test_a_game_s_frames_show_captures_and_who_won(tmp_path):
     assert game["frames"][0] == "." * 25
     assert game["frames"][2][:2] == "wb" and game["frames"][2][5] == "."
     assert game["frames"][3][:2] == ".b" and game["frames"][3][5] == "b"  # captured
-    assert game["frames"][4] == game["frames"][3] and game["moves"][3] == ["w", None]
+    assert game["frames"][4] == game["frames"][3] and game["moves"][3] == ["w", None, "pass"]
+    assert game["moves"][2] == ["b", [0, 1], "A4"]  # GTP's name of the point, row 4 from below
     assert game["champion_black"] and game["champion_won"]
     svg = board_svg(5, game["frames"][3], [0, 1])
     assert svg.count('class="stone"') == 2 and svg.count("<line") == 10
+    assert ">E</text>" in svg and ">5</text>" in svg  # coordinates: columns A-E, rows 1-5
     # A record that cannot be replayed is left out, not an error.
     (tmp_path / "bad.sgf").write_text("(;GM[1]SZ[5];B[aa];W[aa])")
     assert _game(tmp_path / "bad.sgf", "gen-1") is None
 
 
 def test_tengen_report_says_what_is_wrong_and_exits_2(tmp_path):
+    result = run_cli("report", str(tmp_path / "nowhere"))
+    assert result.returncode == 2 and "nowhere does not exist" in result.stderr
     result = run_cli("report", str(tmp_path))
     assert result.returncode == 2
     assert "report:" in result.stderr and "not a run folder (no params.yaml)" in result.stderr
@@ -107,8 +111,13 @@ def test_tengen_report_says_what_is_wrong_and_exits_2(tmp_path):
     result = run_cli("report", str(tmp_path))
     assert result.returncode == 2
     assert f"{history} cannot be read" in result.stderr, result.stderr
-    assert not (tmp_path / "reports/report/index.html").exists()
+    assert not (tmp_path / "reports/report").exists()
     assert history.read_text().endswith("1.")  # the file is left as it was
+    # Valid JSON of the wrong shape: the same kind of message, not a traceback.
+    history.write_text('{"generation": 0}')
+    result = run_cli("report", str(tmp_path))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert f"{history} is not a list of rows" in result.stderr, result.stderr
 
 
 @pytest.mark.slow
@@ -150,10 +159,18 @@ def test_a_finished_run_has_a_report_and_plots_that_draw_offline(
     assert loop_run.info.run_id in text
     stage_runs = client.search_runs([experiment.experiment_id], "tags.`tengen.stage` = 'train'")
     assert {r.info.run_id for r in stage_runs} <= set(re.findall(r"/runs/(\w+)", text))
-    sgfs = re.findall(r'href="([^"]+\.sgf)"', text)
-    assert sgfs and all((page.parent / s).resolve().is_file() for s in sgfs)
-    assert all("/eval/gen-1/gnugo-0/games/" in (page.parent / s).resolve().as_posix()
-               for s in sgfs)  # fmt: skip
+    # The loop's run was FINISHED before its page was written, and the page says so.
+    assert f'{loop_run.info.run_id}">{loop_run.info.run_name}</a> (FINISHED)' in text
+    # The games shown: generation 1's against GNU Go, their SGFs copied beside the page.
+    sgfs = re.findall(r'href="(games/gen-1-gnugo-0-(game-\d+\.sgf))"', text)
+    assert sgfs and all(
+        (page.parent / copy).read_bytes()
+        == (repo / "reports/eval/gen-1/gnugo-0/games" / name).read_bytes()
+        for copy, name in sgfs
+    )
+    assert {f"report/{copy}" for copy, _ in sgfs} <= {
+        a.path for a in client.list_artifacts(loop_run.info.run_id, "report/games")
+    }
     evaluation = json.loads((repo / "reports/eval/gen-1.json").read_text())
     assert f"Elo {evaluation['elo']:,.3g}" in text
 
