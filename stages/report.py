@@ -321,7 +321,7 @@ def pick_games(facts: dict, count: int = GAMES) -> list[tuple[Path, dict]]:
         return []
     n, report = list(facts["evals"].items())[-1]
     folder = facts["repo"] / layout.eval_games(n)
-    pairings = [p for p in report.get("pairings", []) if "gnugo" in p.get("command", "")]
+    pairings = [p for p in report.get("pairings") or [] if "gnugo" in p.get("command", "")]
     pairings.sort(key=lambda p: (p.get("handicap", 0) != 0, p.get("handicap", 0)))
     wins, losses = [], []
     for pairing in pairings:
