@@ -323,20 +323,37 @@ def pick_games(facts: dict, count: int = GAMES) -> list[tuple[Path, dict]]:
     folder = facts["repo"] / layout.eval_games(n)
     pairings = [p for p in report.get("pairings") or [] if "gnugo" in p.get("command", "")]
     pairings.sort(key=lambda p: (p.get("handicap", 0) != 0, p.get("handicap", 0)))
-    wins, losses = [], []
+    from play.sgf import SgfError, read_sgf
+
+    champion = report.get("champion", "")
+    wins, losses = [], []  # sorted by the records' results alone: only the shown are replayed
     for pairing in pairings:
         for path in sorted((folder / pairing["opponent"] / "games").glob("*.sgf")):
-            record = _game(path, report.get("champion", ""))
-            if record is not None:
-                (wins if record["champion_won"] else losses).append((path, record))
+            try:
+                record = read_sgf(path)
+            except (SgfError, OSError, ValueError):
+                continue
+            (wins if _sides(record, champion)[1] else losses).append(path)
         if len(wins) + len(losses) >= count:
             break
     picked = []
     while len(picked) < count and (wins or losses):
         for pool in (wins, losses):
-            if pool and len(picked) < count:
-                picked.append(pool.pop(0))
+            while pool and len(picked) < count:
+                path = pool.pop(0)
+                if (game := _game(path, champion)) is not None:
+                    picked.append((path, game))
+                    break
     return picked
+
+
+def _sides(record, champion: str) -> tuple[bool, bool]:
+    """(the champion played Black, the champion won), from the record's names and result."""
+    # The champion plays as "A" in tengen's matches; its id is in the player's name.
+    black = record.black or ""
+    champion_black = "(A)" in black or bool(champion and champion in black)
+    won = (record.result or "?")[:1].upper() == ("B" if champion_black else "W")
+    return champion_black, won
 
 
 def _game(path: Path, champion: str) -> dict | None:
@@ -364,21 +381,17 @@ def _game(path: Path, champion: str) -> dict | None:
         frames.append(frame())
         where = _gtp_point(move, record.size) if move else "pass"
         moves.append(["b" if color == BLACK else "w", list(move) if move else None, where])
-    black, white = record.black or "Black", record.white or "White"
-    # The champion plays as "A" in tengen's matches; its id is in the player's name.
-    champion_black = "(A)" in black or (champion and champion in black)
-    result = record.result or "?"
-    won = result[:1].upper() == ("B" if champion_black else "W")
+    champion_black, won = _sides(record, champion)
     return {
         "size": record.size,
         "frames": frames,
         "moves": moves,
-        "black": black,
-        "white": white,
-        "result": result,
+        "black": record.black or "Black",
+        "white": record.white or "White",
+        "result": record.result or "?",
         "komi": record.komi,
         "handicap": record.handicap,
-        "champion_black": bool(champion_black),
+        "champion_black": champion_black,
         "champion_won": won,
     }
 
@@ -864,10 +877,8 @@ def write_report(
     specs = charts(facts)
     picked = pick_games(facts, games)
     links = mlflow_links(facts, mlflow_ui)
-    stale = [out_dir / "games"] if (out_dir / "games").is_dir() else []
-    for folder in stale:  # an earlier report's games: this one copies its own
-        for old in folder.glob("*.sgf"):
-            old.unlink()
+    for old in (out_dir / "games").glob("*.sgf"):  # an earlier report's: this one copies its own
+        old.unlink()
     page = write_text(render(facts, specs, picked, links, out_dir.resolve()), out_dir / PAGE)
     made = {f"{key}.png" for key, _ in specs}
     for old in out_dir.glob("*.png"):  # charts an earlier report drew that this run has not
