@@ -13,6 +13,7 @@ setting; the stages' command lines turn it into exit status 2.
 
 from __future__ import annotations
 
+import copy
 import re
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, TypeVar
@@ -29,6 +30,7 @@ from pydantic import (
     ValidationError,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
 
 DEFAULT_PATH = Path("params.yaml")
@@ -93,6 +95,40 @@ RETIRED = {
 }
 
 
+# Keys added since run folders were first written, with the value that keeps what a run
+# folder without them did: filled in when its params.yaml lacks them, so that an older run
+# resumes (DVC sees the same sections, so nothing reruns). The source tree's params.yaml has
+# every one of them.
+ADDED: dict[str, Any] = {
+    "selfplay.shards": 1,
+    "cluster": {"address": None, "worker_threads": 1, "resources": {}},
+}
+
+
+def with_added(data: Any, prefix: str = "", *, sections: bool = True) -> Any:
+    """`data` (the keys under `prefix`, or the whole file) with the ADDED keys it lacks; a
+    whole section only with `sections`."""
+    if not isinstance(data, dict):
+        return data
+    out = dict(data)
+    for key, value in ADDED.items():
+        if prefix:
+            if not key.startswith(prefix + "."):
+                continue
+            key = key[len(prefix) + 1 :]
+        *parents, leaf = key.split(".")
+        if not parents and not prefix and not sections:
+            continue
+        node = out
+        for name in parents:
+            if not isinstance(node.get(name), dict):
+                break
+            node[name] = node = dict(node[name])
+        else:
+            node.setdefault(leaf, copy.deepcopy(value))
+    return out
+
+
 def _problems(e: ValidationError, prefix: str) -> str:
     out = []
     for err in e.errors():
@@ -109,13 +145,14 @@ def _problems(e: ValidationError, prefix: str) -> str:
 def validate(model: type[M], data: Any, *, source: str | Path, prefix: str = "") -> M:
     """`data` as `model`, or ParamsError naming `source` and every bad key."""
     try:
-        return model.model_validate(data)
+        return model.model_validate(with_added(data, prefix, sections=False))
     except ValidationError as e:
         raise ParamsError(f"{source}: {_problems(e, prefix)}") from None
 
 
 def section(params: dict[str, Any], name: str, model: type[M], *, source: str | Path) -> M:
     """params[name] validated by `model`; ParamsError naming `source` and each bad key."""
+    params = with_added(params)
     if name not in params:
         raise ParamsError(f"{source}: no `{name}:` section")
     return validate(model, params[name], source=source, prefix=name)
@@ -123,7 +160,7 @@ def section(params: dict[str, Any], name: str, model: type[M], *, source: str | 
 
 def read(path: str | Path, model: type[M], raw: dict | None = None) -> M:
     """The sections of params.yaml that `model` (a stage's Params) names, validated."""
-    raw = load_params(path) if raw is None else raw
+    raw = with_added(load_params(path) if raw is None else raw)
     missing = [name for name in model.model_fields if name not in raw]
     if missing:
         raise ParamsError(f"{path}: no `{missing[0]}:` section")
@@ -232,6 +269,7 @@ class SelfPlayParams(Section):
     leaves_per_game: int = Field(ge=1, le=64)
     seed: int
     rows_per_shard: int = Field(ge=1)
+    shards: int = Field(ge=1)  # the games split into this many, each its own seed (fanout)
     threads: int = Field(ge=1)  # torch CPU threads
     full_visits: int = Field(ge=1)
     cheap_visits: int = Field(ge=1)
@@ -260,8 +298,17 @@ class SelfPlayParams(Section):
 
     # The stage's own knobs; the rest configure gocore's self-play.
     STAGE_ONLY: ClassVar[frozenset[str]] = frozenset(
-        {"games", "slots", "seed", "rows_per_shard", "threads"}
+        {"games", "slots", "seed", "rows_per_shard", "shards", "threads"}
     )
+
+    @model_validator(mode="after")
+    def _shards(self):
+        if self.shards > self.games:
+            raise ValueError(
+                f"shards ({self.shards}) must not exceed games ({self.games}): every shard "
+                "plays at least one game"
+            )
+        return self
 
     @field_validator("board_sizes")
     @classmethod
@@ -487,6 +534,36 @@ class MlflowParams(Section):
     tracking_uri: str
     experiment: str
     registered_model: str
+
+
+CLUSTER_ADDRESS = re.compile(r"^(local:[1-9][0-9]*|(tcp|tls|ucx|inproc)://\S+)$")
+
+
+class ClusterParams(Section):
+    """`cluster:` (stages.fanout): where the stages that play games run their shards. Not a
+    DVC params dependency: where games were played does not change them."""
+
+    address: str | None  # null: this process; local:N: a LocalCluster; tcp://host:8786
+    worker_threads: int = Field(ge=1)  # torch and numba threads of a shard on a worker
+    resources: dict[str, Real]  # what a shard asks of its worker (dask resources: GPU: 1)
+
+    @field_validator("address")
+    @classmethod
+    def _address(cls, value: str | None) -> str | None:
+        if value is not None and not CLUSTER_ADDRESS.match(value):
+            raise ValueError(
+                "null (this process), local:N (N worker processes here) or a Dask "
+                "scheduler's address such as tcp://host:8786"
+            )
+        return value
+
+    @field_validator("resources")
+    @classmethod
+    def _resources(cls, value: dict[str, Real]) -> dict[str, Real]:
+        for name, amount in value.items():
+            if not amount > 0:
+                raise ValueError(f"{name}: a resource's amount must be > 0 (got {amount})")
+        return value
 
 
 class GrowEntry(Section):

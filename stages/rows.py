@@ -147,8 +147,21 @@ def write_shard(table: pa.Table, path: str | Path) -> Path:
         raise ValueError(f"{path}: table does not have the rows schema")
     path = Path(path)
     with atomic_path(path) as tmp:
-        pq.write_table(table, tmp, compression="zstd", write_page_checksum=True)
+        pq.write_table(table, tmp, **WRITE_OPTIONS)
     return path
+
+
+WRITE_OPTIONS = {"compression": "zstd", "write_page_checksum": True}
+
+
+def shard_bytes(table: pa.Table) -> bytes:
+    """The file write_shard would write, as bytes: what a shard played on another machine
+    sends back (byte for byte the file written here)."""
+    if not table.schema.equals(SCHEMA, check_metadata=False):
+        raise ValueError("table does not have the rows schema")
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, **WRITE_OPTIONS)
+    return sink.getvalue().to_pybytes()
 
 
 def read_shard(

@@ -4,22 +4,30 @@ against itself; out come Parquet shards of training rows, one SGF per game and a
     python -m stages.selfplay --generation N [--model models/gen-(N-1)/champion/champion.pt]
         [--out data/selfplay/gen-N] [--metrics reports/selfplay/gen-N.json] [--params params.yaml]
 
-Everything lands in a temporary folder next to `--out` that is renamed into place at the end,
-so a killed run leaves no half-written generation. The same seed and inputs give the same
-shards on the CPU (params `selfplay.seed` with the generation number).
+The games are split into `selfplay.shards` shards, each seeded from (run seed, generation,
+shard), which run in this process or on a Dask cluster (params.yaml `cluster:`,
+stages.fanout); each sends back its Parquet files and SGFs as bytes. Everything lands in a
+temporary folder next to `--out` that is renamed into place at the end, so a killed run leaves
+no half-written generation. The same seed, shard count and inputs give the same files on the
+CPU, wherever the shards ran.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
+import os
+import socket
 import sys
+import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
-from gocore.atomic import output_dir, write_json
+from gocore.atomic import output_dir, write_bytes, write_json
 from gocore.board import BLACK, PASS, point_xy
 from gocore.selfplay import (
     CHEAP,
@@ -29,11 +37,21 @@ from gocore.selfplay import (
     SelfPlay,
 )
 from play.models import UNIFORM, load_evaluator
-from play.sgf import GameRecord, save_sgf
+from play.sgf import GameRecord, write_sgf
 from stages import cli, layout, tracking
 from stages.champions import previous_champion
-from stages.params import Device, ParamsError, Section, SelfPlayParams, read
-from stages.rows import SCHEMA, list_shards, manifest_entries, table_from_columns, write_shard
+from stages.fanout import IN_PROCESS, fan_out
+from stages.params import (
+    ClusterParams,
+    Device,
+    ParamsError,
+    Section,
+    SelfPlayParams,
+    load_params,
+    read,
+    section,
+)
+from stages.rows import SCHEMA, list_shards, manifest_entries, shard_bytes, table_from_columns
 from stages.spec import DvcStage, Plan, sections
 
 
@@ -144,13 +162,16 @@ def sgf_record(game: FinishedGame, game_id: str, model_id: str, generation: int)
 
 
 class _Progress:
-    """A progress line: games done, moves/s, visits/s (rich, when a terminal is attached)."""
+    """A progress line: games done, moves/s, visits/s (rich, when a terminal is attached), over
+    the shards this process plays one after another."""
 
     def __init__(self, games: int, enabled: bool):
         self.enabled = enabled and sys.stderr.isatty()
         self.start = time.perf_counter()
         self.last = 0.0
         self.bar = None
+        self.current: SelfPlay | None = None
+        self.before = (0, 0, 0)  # games, moves, visits of the shards played before this one
         if self.enabled:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
@@ -164,73 +185,213 @@ class _Progress:
             self.task = self.bar.add_task("games", total=games, rates="")
             self.bar.start()
 
-    def __call__(self, sp: SelfPlay) -> None:
+    def __call__(self, sp: SelfPlay, final: bool = False) -> None:
+        if sp is not self.current:
+            if self.current is not None:
+                games, moves, visits = self.before
+                c = self.current
+                self.before = (games + c.finished, moves + c.moves_done, visits + c.visits_done)
+            self.current = sp
         now = time.perf_counter()
-        if self.bar is None or now - self.last < 0.5:
+        if self.bar is None or (now - self.last < 0.5 and not final):
             return
         self.last = now
         elapsed = now - self.start
-        rates = f"{sp.moves_done / elapsed:,.0f} moves/s  {sp.visits_done / elapsed:,.0f} visits/s"
-        self.bar.update(self.task, completed=sp.finished, rates=rates)
+        games, moves, visits = self.before
+        moves, visits = moves + sp.moves_done, visits + sp.visits_done
+        rates = f"{moves / elapsed:,.0f} moves/s  {visits / elapsed:,.0f} visits/s"
+        self.bar.update(self.task, completed=games + sp.finished, rates=rates)
 
     def close(self) -> None:
         if self.bar is not None:
             self.bar.stop()
 
 
-def run(params: Params, io: SelfPlayIO, *, progress: bool = True) -> dict:
-    """Play the generation's games; write shards, SGFs and metrics. Returns the metrics."""
-    device, params = params.device, params.selfplay
-    seed = game_seed(params.seed, io.generation)
-    net, model_id = load_evaluator(io.model, device=device, seed=seed)
-    config = params.config()
-    sp = SelfPlay(config, net, games=params.games, slots=params.slots, seed=seed)
-    bar = _Progress(params.games, progress)
-    sp.on_step = bar
+@dataclasses.dataclass(frozen=True)
+class Shard:
+    """One shard of a generation's games: its share of the games and its own seed."""
+
+    index: int
+    count: int  # the generation's shards
+    games: int
+    seed: int
+
+    def game_id(self, generation: int, run_seed: int, game: int) -> str:
+        """A game's id: unique in the run (one shard: the ids of runs made before shards)."""
+        shard = f"k{self.index}-" if self.count > 1 else ""
+        return f"g{generation}-s{run_seed}-{shard}{game:06d}"
+
+
+def shard_plan(params: SelfPlayParams, generation: int) -> list[Shard]:
+    """The generation's shards: the games split as evenly as they go, each shard's seed from
+    (run seed, generation, shard), so that its games do not depend on where it runs or on
+    what runs beside it. One shard keeps the generation's seed of runs made before shards."""
+    count = params.shards
+    each, extra = divmod(params.games, count)
+    return [
+        Shard(k, count, each + (k < extra), _shard_seed(params.seed, generation, k, count))
+        for k in range(count)
+    ]
+
+
+def _shard_seed(seed: int, generation: int, shard: int, count: int) -> int:
+    if count == 1:
+        return game_seed(seed, generation)
+    words = np.random.SeedSequence([seed, generation, shard]).generate_state(1, np.uint64)
+    return int(words[0] >> 1)
+
+
+@dataclasses.dataclass
+class ShardResult:
+    """What a shard sends back: its files as bytes (no shared filesystem needed) and its
+    figures."""
+
+    index: int
+    parquet: list[bytes]  # its Parquet files' bytes, in order
+    sgf: dict[str, bytes]  # game id -> the game's SGF
+    stats: _Stats
+    moves: int
+    visits: int
+    evaluations: int
+    seconds: float  # playing, where it ran
+    model_id: str
+    worker: str  # host:pid that played it
+
+
+def play_shard(
+    *,
+    index: int,
+    params: Params,
+    generation: int,
+    shard: Shard,
+    model: bytes | None,
+    threads: int | None = None,
+    on_step: Callable[[SelfPlay], None] | None = None,
+) -> ShardResult:
+    """Play one shard's games with the champion's checkpoint `model` (bytes; None: uniform
+    priors) and return its rows as Parquet bytes and its games as SGF. `threads` sets torch's
+    threads (a shard on a Dask worker); `on_step` follows the games (this process's bar)."""
+    start = time.perf_counter()
+    if threads is not None:
+        cli.set_threads(threads)
+    device, sp_params = params.device, params.selfplay
+    net, model_id = _evaluator(model, device=device, seed=shard.seed)
+    sp = SelfPlay(
+        sp_params.config(), net, games=shard.games, slots=sp_params.slots, seed=shard.seed
+    )
+    if on_step is not None:
+        sp.on_step = on_step
+    files: list[bytes] = []
+    sgf: dict[str, bytes] = {}
+    stats = _Stats()
+    pending: list[tuple[FinishedGame, str]] = []
+    pending_rows = 0
+    for game in sp.run():
+        game_id = shard.game_id(generation, sp_params.seed, game.info.index)
+        sgf[game_id] = write_sgf(sgf_record(game, game_id, model_id, generation))
+        stats.add(game)
+        pending.append((game, game_id))
+        pending_rows += len(game.rows["turn"])
+        if pending_rows >= sp_params.rows_per_shard:
+            files.append(shard_bytes(_table(pending, generation, model_id)))
+            pending, pending_rows = [], 0
+    if pending or not files:  # a shard whose games left no row still has its (empty) file
+        files.append(shard_bytes(_table(pending, generation, model_id)))
+    if on_step is not None:
+        on_step(sp, final=True)
+    return ShardResult(
+        index=index, parquet=files, sgf=sgf, stats=stats, moves=sp.moves_done,
+        visits=sp.visits_done, evaluations=sp.evaluations,
+        seconds=time.perf_counter() - start, model_id=model_id,
+        worker=f"{socket.gethostname()}:{os.getpid()}",
+    )  # fmt: skip
+
+
+def _evaluator(model: bytes | None, *, device: str, seed: int):
+    """load_evaluator on a checkpoint's bytes (a worker may not see the champion's file)."""
+    if model is None:
+        return load_evaluator(None, device=device, seed=seed)
+    with tempfile.TemporaryDirectory(prefix="tengen-champion-") as folder:
+        path = Path(folder) / "champion.pt"
+        path.write_bytes(model)
+        return load_evaluator(path, device=device, seed=seed)
+
+
+def run(
+    params: Params,
+    io: SelfPlayIO,
+    *,
+    cluster: ClusterParams = IN_PROCESS,
+    progress: bool = True,
+    log: Callable[[str], None] | None = None,
+) -> dict:
+    """Play the generation's games, its shards wherever `cluster` says (stages.fanout); write
+    shards, SGFs and metrics. Returns the metrics."""
+    plan = shard_plan(params.selfplay, io.generation)
+    model = io.model.read_bytes() if io.model is not None else None
+    here = cluster.address is None
+    bar = _Progress(params.selfplay.games, progress and here)
+    where = {"on_step": bar} if here else {"threads": cluster.worker_threads}
+    calls = [
+        dict(index=s.index, params=params, generation=io.generation, shard=s, model=model,
+             **where)
+        for s in plan
+    ]  # fmt: skip
     start = time.perf_counter()
     with output_dir(io.out) as tmp, contextlib.closing(bar):
-        pending: list[tuple[FinishedGame, str]] = []
-        pending_rows = 0
-        shard = 0
-        stats = _Stats()
-        for game in sp.run():
-            game_id = f"g{io.generation}-s{params.seed}-{game.info.index:06d}"
-            record = sgf_record(game, game_id, model_id, io.generation)
-            save_sgf(record, tmp / "sgf" / f"{game_id}.sgf")
-            stats.add(game)
-            pending.append((game, game_id))
-            pending_rows += len(game.rows["turn"])
-            if pending_rows >= params.rows_per_shard:
-                _write(pending, tmp / f"part-{shard}.parquet", io.generation, model_id)
-                shard, pending, pending_rows = shard + 1, [], 0
-        if pending or shard == 0:
-            _write(pending, tmp / f"part-{shard}.parquet", io.generation, model_id)
+        results = fan_out(
+            play_shard, calls, cluster=cluster, name=f"selfplay gen-{io.generation}", log=log
+        )
+        results = each_shard_once(results, len(plan))
+        for i, data in enumerate(f for r in results for f in r.parquet):
+            write_bytes(data, tmp / f"part-{i}.parquet")
+        for r in results:
+            for game_id, record in r.sgf.items():
+                write_bytes(record, tmp / "sgf" / f"{game_id}.sgf")
         shards = manifest_entries(list_shards(tmp))
         write_json({"generation": io.generation, "files": shards}, tmp / layout.MANIFEST)
-        bar.last = 0.0
-        bar(sp)  # the bar's last line: every game done
         seconds = time.perf_counter() - start
-        metrics = stats.metrics(sp, seconds)
-        metrics.update(generation=io.generation, model_id=model_id, seed=seed)
+        metrics = _metrics(results, seconds)
+        metrics.update(
+            generation=io.generation, model_id=results[0].model_id,
+            seed=plan[0].seed if len(plan) == 1 else params.selfplay.seed,
+            shards=len(plan),
+        )  # fmt: skip
+        if not here:
+            metrics.update(
+                cluster=cluster.address, workers=len({r.worker for r in results}),
+                shard_seconds=round(sum(r.seconds for r in results), 2),
+            )  # fmt: skip
     write_json(metrics, io.metrics)
     return metrics
 
 
+def each_shard_once(results: list[ShardResult], count: int) -> list[ShardResult]:
+    """The shards in order, after checking that each of 0..count-1 came back exactly once (a
+    rescheduled shard must replace its lost run, never add to it)."""
+    indices = sorted(r.index for r in results)
+    if indices != list(range(count)):
+        raise RuntimeError(
+            f"selfplay: shards {indices} came back; expected each of 0..{count - 1} exactly once"
+        )
+    return sorted(results, key=lambda r: r.index)
+
+
+@dataclasses.dataclass
 class _Stats:
     """The generation's metrics: games (side positions counted apart), rows, results."""
 
-    def __init__(self):
-        self.games = 0
-        self.sides = 0
-        self.rows = 0
-        self.side_rows = 0
-        self.full_rows = 0
-        self.moves = 0
-        self.black_wins = 0
-        self.draws = 0
-        self.forks = 0
-        self.handicap = 0
-        self.decided = 0
+    games: int = 0
+    sides: int = 0
+    rows: int = 0
+    side_rows: int = 0
+    full_rows: int = 0
+    moves: int = 0
+    black_wins: int = 0
+    draws: int = 0
+    forks: int = 0
+    handicap: int = 0
+    decided: int = 0
 
     def add(self, game: FinishedGame) -> None:
         info = game.info
@@ -249,25 +410,34 @@ class _Stats:
         self.handicap += info.handicap > 0
         self.decided += info.decided_at >= 0
 
-    def metrics(self, sp: SelfPlay, seconds: float) -> dict:
-        g = max(self.games, 1)
-        return {
-            "games": self.games,
-            "rows": self.rows,
-            "rows_with_policy_target": self.full_rows,
-            "side_positions": self.sides,
-            "side_position_rows": self.side_rows,
-            "mean_game_length": round(self.moves / g, 2),
-            "black_win_rate": round(self.black_wins / g, 4),
-            "draw_rate": round(self.draws / g, 4),
-            "early_fork_games": self.forks,
-            "handicap_games": self.handicap,
-            "decided_games": self.decided,
-            "seconds": round(seconds, 2),
-            "moves_per_s": round(sp.moves_done / seconds, 2),
-            "visits_per_s": round(sp.visits_done / seconds, 2),
-            "evaluations_per_s": round(sp.evaluations / seconds, 2),
-        }
+    def __add__(self, other: _Stats) -> _Stats:
+        pairs = zip(dataclasses.astuple(self), dataclasses.astuple(other), strict=True)
+        return _Stats(*(a + b for a, b in pairs))
+
+
+def _metrics(results: list[ShardResult], seconds: float) -> dict:
+    s = sum((r.stats for r in results), _Stats())
+    moves = sum(r.moves for r in results)
+    visits = sum(r.visits for r in results)
+    evaluations = sum(r.evaluations for r in results)
+    g = max(s.games, 1)
+    return {
+        "games": s.games,
+        "rows": s.rows,
+        "rows_with_policy_target": s.full_rows,
+        "side_positions": s.sides,
+        "side_position_rows": s.side_rows,
+        "mean_game_length": round(s.moves / g, 2),
+        "black_win_rate": round(s.black_wins / g, 4),
+        "draw_rate": round(s.draws / g, 4),
+        "early_fork_games": s.forks,
+        "handicap_games": s.handicap,
+        "decided_games": s.decided,
+        "seconds": round(seconds, 2),
+        "moves_per_s": round(moves / seconds, 2),
+        "visits_per_s": round(visits / seconds, 2),
+        "evaluations_per_s": round(evaluations / seconds, 2),
+    }
 
 
 def game_columns(info) -> dict:
@@ -291,15 +461,15 @@ def game_columns(info) -> dict:
     }
 
 
-def _write(pending, path: Path, generation: int, model_id: str) -> None:
-    if not pending:  # a generation whose games left no row still has its (empty) shard
-        write_shard(SCHEMA.empty_table(), path)
-        return
+def _table(pending, generation: int, model_id: str):
+    """The rows of these finished games as one table (stages.rows' schema)."""
+    if not pending:
+        return SCHEMA.empty_table()
     cols = {name: np.concatenate([g.rows[name] for g, _ in pending]) for name in pending[0][0].rows}
     lengths = [len(g.rows["turn"]) for g, _ in pending]
     per_game = [dict(game_columns(g.info), game_id=gid) for g, gid in pending]
     games = {k: np.repeat([c[k] for c in per_game], lengths) for k in per_game[0]}
-    write_shard(table_from_columns(cols, games, generation=generation, model_id=model_id), path)
+    return table_from_columns(cols, games, generation=generation, model_id=model_id)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -320,8 +490,10 @@ def main(argv: list[str] | None = None) -> int:
             args.params, args.generation, model=args.model, out=args.out,
             metrics=args.metrics, games=args.games,
         )  # fmt: skip
+        cluster = section(load_params(args.params), "cluster", ClusterParams, source=args.params)
         cli.set_threads(params.selfplay.threads)
-        metrics = run(params, io, progress=not args.quiet)
+        log = functools.partial(print, "selfplay:", file=sys.stderr, flush=True)
+        metrics = run(params, io, cluster=cluster, progress=not args.quiet, log=log)
         if tracked is not None:
             track(tracked, io, metrics)
         return metrics

@@ -225,6 +225,20 @@ TRIPLE_KO_CYCLE = [
 ]
 
 
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory) -> Path:
+    """A random-init b2c16 checkpoint (model id "tiny"): a real net for quick self-play."""
+    import torch
+
+    from nets import checkpoint
+    from nets.config import net_config
+    from nets.model import GoNet
+
+    torch.manual_seed(0)
+    net = GoNet(net_config("b2c16"))
+    return checkpoint.save(net, tmp_path_factory.mktemp("model") / "b2c16.pt", {"model_id": "tiny"})
+
+
 @pytest.fixture(scope="session")
 def prefect_api():
     """Prefect's local API on a temporary database, for the whole session (it takes a few

@@ -22,9 +22,6 @@ from gocore import features as F
 from gocore import search as S
 from gocore import selfplay as SP
 from gocore.board import BLACK, WHITE
-from nets import checkpoint
-from nets.config import net_config
-from nets.model import GoNet
 from play.sgf import read_sgf, replay
 from stages import rows as R
 from stages import selfplay as stage
@@ -68,13 +65,6 @@ def play(tmp_path: Path, generation=0, model=None, name="run", **overrides):
         metrics=tmp_path / name / "metrics.json",
     )
     return stage.run(params, io, progress=False), io
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory) -> Path:
-    torch.manual_seed(0)
-    net = GoNet(net_config("b2c16"))
-    return checkpoint.save(net, tmp_path_factory.mktemp("model") / "b2c16.pt", {"model_id": "tiny"})
 
 
 def check_generation(folder: Path) -> list[dict]:

@@ -1,0 +1,245 @@
+"""Self-play's shards (stages.selfplay) and where they run (stages.fanout): in the stage's
+process or on a real Dask LocalCluster through prefect-dask, byte for byte the same files;
+a worker killed mid-shard and the generation still whole, each shard once."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+
+from play.sgf import read_sgf
+from stages import selfplay as stage
+from stages.params import ClusterParams, ParamsError, SelfPlayParams, load_params, read, section
+from tests.conftest import REPO
+from tests.test_selfplay import check_generation, small_params
+
+
+def files_of(folder: Path) -> dict[str, str]:
+    """Every file under a generation's folder (relative name -> SHA-256)."""
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+def params_file(tmp_path: Path, cluster: dict | None = None, **selfplay) -> Path:
+    params = small_params(**selfplay)
+    if cluster is not None:
+        params["cluster"] = dict(params["cluster"], **cluster)
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(params))
+    return path
+
+
+def in_process(tmp_path: Path, name: str, generation: int, model=None, **selfplay) -> Path:
+    """The stage's run() in this process (cluster: null)."""
+    folder = tmp_path / name
+    folder.mkdir(exist_ok=True)
+    params, io = stage.prepare(
+        params_file(folder, **selfplay), generation, model=model or "uniform",
+        out=folder / f"gen-{generation}", metrics=folder / f"gen-{generation}.json",
+    )  # fmt: skip
+    stage.run(params, io, progress=False)
+    return io.out
+
+
+def stage_command(params: Path, out: Path, generation: int, model) -> list[str]:
+    return [
+        sys.executable, "-m", "stages.selfplay", "--generation", str(generation),
+        "--params", str(params), "--model", str(model or "uniform"), "--out", str(out),
+        "--metrics", str(out.parent / f"gen-{generation}.json"), "--quiet",
+    ]  # fmt: skip
+
+
+def environment(tmp_path: Path) -> dict[str, str]:
+    env = dict(os.environ, MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path}/mlflow.db")
+    env.pop("PREFECT_API_URL", None)  # the stage starts its own temporary API
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
+    return env
+
+
+# -- the plan -------------------------------------------------------------------------------
+
+
+def test_games_split_evenly_each_shard_its_own_seed():
+    sp = section(small_params(games=10, shards=3), "selfplay", SelfPlayParams, source="test")
+    plan = stage.shard_plan(sp, generation=4)
+    assert [s.games for s in plan] == [4, 3, 3]
+    assert [s.index for s in plan] == [0, 1, 2] and {s.count for s in plan} == {3}
+    assert len({s.seed for s in plan}) == 3
+    assert plan == stage.shard_plan(sp, generation=4)  # fixed by (seed, generation, shard)
+    assert {s.seed for s in plan}.isdisjoint(s.seed for s in stage.shard_plan(sp, generation=5))
+    assert plan[1].game_id(4, sp.seed, 7) == f"g4-s{sp.seed}-k1-000007"
+
+
+def test_one_shard_keeps_the_generation_seed_and_game_ids_of_older_runs():
+    sp = section(small_params(games=10, shards=1), "selfplay", SelfPlayParams, source="test")
+    (only,) = stage.shard_plan(sp, generation=2)
+    assert only.seed == stage.game_seed(sp.seed, 2) and only.games == 10
+    assert only.game_id(2, sp.seed, 7) == f"g2-s{sp.seed}-000007"
+
+
+def test_more_shards_than_games_is_a_params_error():
+    with pytest.raises(ParamsError, match=r"selfplay: shards \(7\) must not exceed games \(6\)"):
+        section(small_params(games=6, shards=7), "selfplay", SelfPlayParams, source="p.yaml")
+
+
+def test_a_run_folder_from_before_shards_reads_as_one_shard_in_this_process(tmp_path):
+    """params.yaml written before `selfplay.shards` and `cluster:` existed: one shard, here;
+    the file itself is not changed (DVC sees the same sections)."""
+    params = small_params()
+    del params["selfplay"]["shards"], params["cluster"]
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(params))
+    before = path.read_bytes()
+    assert read(path, stage.Params).selfplay.shards == 1
+    cluster = section(load_params(path), "cluster", ClusterParams, source=path)
+    assert cluster.address is None and cluster.worker_threads == 1
+    assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    ("address", "problem"),
+    [("local:0", "cluster.address"), ("8786", "cluster.address"), ("local:two", "address")],
+)
+def test_a_bad_cluster_address_exits_2_naming_the_key(tmp_path, address, problem):
+    path = params_file(tmp_path, cluster={"address": address})
+    out = tmp_path / "gen-0"
+    done = subprocess.run(
+        stage_command(path, out, 0, None), capture_output=True, text=True,
+        env=environment(tmp_path), timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert problem in done.stderr and str(path) in done.stderr
+    assert not out.exists()
+
+
+def test_shards_came_back_twice_or_not_at_all_is_an_error():
+    one = stage.ShardResult(0, [], {}, stage._Stats(), 0, 0, 0, 0.0, "m", "h:1")
+    two = stage.ShardResult(1, [], {}, stage._Stats(), 0, 0, 0, 0.0, "m", "h:2")
+    assert [r.index for r in stage.each_shard_once([two, one], 2)] == [0, 1]
+    with pytest.raises(RuntimeError, match=r"shards \[0, 0\] came back; expected each of 0..1"):
+        stage.each_shard_once([one, one], 2)
+    with pytest.raises(RuntimeError, match=r"shards \[1\] came back"):
+        stage.each_shard_once([two], 2)
+
+
+def test_three_shards_in_process_make_one_sound_generation(tmp_path, tiny_model):
+    out = in_process(tmp_path, "three", 1, tiny_model, games=7, shards=3, rows_per_shard=40)
+    metrics = json.loads((tmp_path / "three" / "gen-1.json").read_text())
+    assert metrics["games"] == 7 and metrics["shards"] == 3
+    rows = check_generation(out)  # every row against its game's SGF
+    played = [p.stem for p in (out / "sgf").glob("*.sgf") if "side position" not in
+              (read_sgf(p).root_comment or "")]  # fmt: skip
+    per_shard = {k: sum(f"-k{k}-" in g for g in played) for k in range(3)}
+    assert per_shard == {0: 3, 1: 2, 2: 2}
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert sum(f["rows"] for f in manifest["files"]) == len(rows) == metrics["rows"]
+
+
+# -- on a Dask cluster ----------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_local_cluster_gives_the_same_files_as_one_process(tmp_path, tiny_model):
+    """Two generations (uniform priors, then a net) with 3 shards: on a LocalCluster of 2
+    worker processes through prefect-dask (the stage as dvc.yaml runs it) and in one process,
+    every Parquet file, SGF and the manifest byte for byte the same."""
+    shape = dict(games=6, shards=3, rows_per_shard=40)
+    for generation, model in ((0, None), (1, tiny_model)):
+        here = in_process(tmp_path, "here", generation, model, **shape)
+        folder = tmp_path / "cluster"
+        folder.mkdir(exist_ok=True)
+        path = params_file(folder, cluster={"address": "local:2"}, **shape)
+        out = folder / f"gen-{generation}"
+        done = subprocess.run(
+            stage_command(path, out, generation, model), capture_output=True, text=True,
+            env=environment(tmp_path), timeout=600,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert "3 shards on local:2" in done.stderr
+        assert files_of(out) == files_of(here)
+        metrics = json.loads((folder / f"gen-{generation}.json").read_text())
+        assert metrics["cluster"] == "local:2" and metrics["workers"] == 2
+        assert metrics["shards"] == 3 and metrics["games"] == 6
+
+
+def _workers(stage_pid: int) -> list[psutil.Process]:
+    """The Dask worker processes of the stage's LocalCluster: its nannies run in the stage's
+    process and start each worker with multiprocessing's spawn."""
+    try:
+        children = psutil.Process(stage_pid).children()
+        return [p for p in children if "spawn_main" in " ".join(p.cmdline())]
+    except psutil.Error:
+        return []
+
+
+def _running_shards(api_url: str, name: str) -> int:
+    """The stage's shards RUNNING, by Prefect's API (whose database other runs share)."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (
+        TaskRunFilter,
+        TaskRunFilterState,
+        TaskRunFilterStateType,
+    )
+    from prefect.client.schemas.objects import StateType
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings({PREFECT_API_URL: api_url}), get_client(sync_client=True) as c:
+        running = TaskRunFilter(
+            state=TaskRunFilterState(type=TaskRunFilterStateType(any_=[StateType.RUNNING]))
+        )
+        runs = c.read_task_runs(task_run_filter=running)
+    return sum(run.name.startswith(name) for run in runs)
+
+
+@pytest.mark.slow
+def test_a_worker_killed_mid_shard_and_every_shard_still_once(tmp_path, tiny_model):
+    """4 shards on 2 workers; once both workers are inside a shard (Prefect's API says two
+    task runs are RUNNING), one is killed with SIGKILL. Dask reschedules its shard; the
+    generation comes out whole, each shard once, the same files as in one process."""
+    shape = dict(games=8, shards=4, rows_per_shard=40, full_visits=48, cheap_visits=12)
+    here = in_process(tmp_path, "here", 1, tiny_model, **shape)
+    folder = tmp_path / "cluster"
+    folder.mkdir()
+    path = params_file(folder, cluster={"address": "local:2"}, **shape)
+    out = folder / "gen-1"
+    log = folder / "stage.log"
+    with log.open("w") as sink:
+        proc = subprocess.Popen(
+            stage_command(path, out, 1, tiny_model), stdout=subprocess.DEVNULL, stderr=sink,
+            text=True, env=environment(tmp_path),
+        )  # fmt: skip
+    killed = None
+    try:
+        deadline = time.monotonic() + 300
+        api_url = None
+        while killed is None and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+            text = log.read_text()
+            if api_url is None and "temporary API for this stage at " in text:
+                api_url = text.split("temporary API for this stage at ")[1].split()[0]
+            if api_url and _running_shards(api_url, "selfplay gen-1 shard-") >= 2:
+                workers = _workers(proc.pid)
+                if len(workers) == 2:
+                    killed = workers[0].pid
+                    workers[0].kill()
+        assert killed is not None, f"no worker was killed mid-shard:\n{log.read_text()[-3000:]}"
+        assert proc.wait(timeout=600) == 0, log.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert files_of(out) == files_of(here)
+    metrics = json.loads((folder / "gen-1.json").read_text())
+    assert metrics["games"] == 8 and metrics["shards"] == 4
+    assert metrics["workers"] >= 2  # the killed worker's shard ran again on another process
