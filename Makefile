@@ -33,6 +33,7 @@ bench: setup
 	$(BIN)/tengen bench threads
 	$(BIN)/tengen bench play
 	$(BIN)/tengen bench shuffle
+	$(BIN)/tengen bench scale
 
 lint: setup
 	$(BIN)/ruff check .

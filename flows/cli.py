@@ -7,6 +7,7 @@ rest of the project.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import sys
 from pathlib import Path
@@ -853,6 +854,48 @@ def bench_selfplay(
             print(format_row(row), flush=True)
     if as_json:
         print(json.dumps(rows))
+
+
+@bench_app.command("scale")
+def bench_scale(
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the result as JSON instead of a table.")
+    ] = False,
+    net: Annotated[str, typer.Option(help="The net (random init).")] = "b4c32",
+    games: Annotated[int, typer.Option(help="Games per measurement.")] = 96,
+    shards: Annotated[int, typer.Option(help="Shards on the cluster (one process: 1).")] = 2,
+    params: Annotated[str, typer.Option(help="The params.yaml to take selfplay from.")] = (
+        "params.yaml"
+    ),
+    worker_threads: Annotated[int, typer.Option(help="Torch and numba threads per worker.")] = 1,
+) -> None:
+    """One generation's self-play in one process (today's stage) and on a Dask LocalCluster
+    of 1 and 2 workers: games/s, speed-up against the ideal, time not spent playing."""
+    from flows.bench_scale import HEADER, format_row, summary
+    from flows.bench_scale import bench_scale as run
+    from nets.config import SIZES
+
+    if net not in SIZES:
+        raise typer.BadParameter(
+            f"unknown net {net!r}; nets: {', '.join(SIZES)}", param_hint="--net"
+        )
+    if not 2 <= shards <= games:
+        raise typer.BadParameter(
+            f"between 2 and --games ({games}) shards (got {shards})", param_hint="--shards"
+        )
+    log = functools.partial(print, file=sys.stderr, flush=True)
+    result = run(
+        net=net, games=games, shards=shards, params_path=params,
+        worker_threads=worker_threads, log=log,
+    )  # fmt: skip
+    if as_json:
+        print(json.dumps(result))
+        return
+    print(f"{net}, {games} games a measurement ({shards} shards on the cluster), {params}")
+    print(HEADER)
+    for row in result["rows"]:
+        print(format_row(row))
+    print(summary(result))
 
 
 @bench_app.command("threads")

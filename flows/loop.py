@@ -61,7 +61,21 @@ def _environment(parent_run: str | None = None) -> dict[str, str]:
         env.pop(name, None)
     if parent_run:
         env[ENV_PARENT] = parent_run
+    if api := _prefect_api_url():  # a stage's shards report to this loop's Prefect API
+        env["PREFECT_API_URL"] = api
     return env
+
+
+def _prefect_api_url() -> str | None:
+    """The Prefect API this process uses: PREFECT_API_URL, or the temporary local server
+    Prefect started for it."""
+    from prefect.client.orchestration import get_client
+
+    try:
+        with get_client(sync_client=True) as client:
+            return str(client.api_url).rstrip("/")
+    except Exception:  # noqa: BLE001 - no API here: the stage starts its own if it needs one
+        return None
 
 
 def _alive(pid: int) -> bool:

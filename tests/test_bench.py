@@ -120,3 +120,32 @@ def test_bench_play_json_shape():
         )
     bad = run_cli("bench", "play", "--nets", "b9c9")
     assert bad.returncode == 2 and "unknown nets" in bad.stderr
+
+
+@pytest.mark.slow
+def test_bench_scale_plays_in_one_process_and_on_one_and_two_workers(tmp_path):
+    import yaml
+
+    from tests.test_selfplay import small_params
+
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump(small_params()))
+    result = run_cli(
+        "bench", "scale", "--json", "--net", "b2c16", "--games", "4", "--shards", "2",
+        "--params", str(params),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = json.loads(result.stdout)
+    today, one, two = out["rows"]
+    assert (today["shards"], one["shards"], two["shards"]) == (1, 2, 2)
+    assert {r["games"] for r in out["rows"]} == {4}
+    for row in (one, two):
+        assert 0 <= row["not_playing"] < 1 and row["cluster_start_s"] > 0
+    assert out["speedup_2_over_1"] == pytest.approx(
+        two["games_per_s"] / one["games_per_s"], rel=0.01
+    )
+
+
+def test_bench_scale_rejects_more_shards_than_games():
+    result = run_cli("bench", "scale", "--games", "4", "--shards", "5")
+    assert result.returncode != 0 and "between 2 and --games (4) shards" in result.stderr

@@ -184,10 +184,12 @@ def _workers(stage_pid: int) -> list[psutil.Process]:
         return []
 
 
-def _running_shards(api_url: str, name: str) -> int:
-    """The stage's shards RUNNING, by Prefect's API (whose database other runs share)."""
+def _running_shards(api_url: str, flow_run: str) -> int:
+    """The shard task runs RUNNING in the stage's flow run, by Prefect's API."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import (
+        FlowRunFilter,
+        FlowRunFilterId,
         TaskRunFilter,
         TaskRunFilterState,
         TaskRunFilterStateType,
@@ -196,11 +198,13 @@ def _running_shards(api_url: str, name: str) -> int:
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     with temporary_settings({PREFECT_API_URL: api_url}), get_client(sync_client=True) as c:
-        running = TaskRunFilter(
-            state=TaskRunFilterState(type=TaskRunFilterStateType(any_=[StateType.RUNNING]))
+        runs = c.read_task_runs(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run])),
+            task_run_filter=TaskRunFilter(
+                state=TaskRunFilterState(type=TaskRunFilterStateType(any_=[StateType.RUNNING]))
+            ),
         )
-        runs = c.read_task_runs(task_run_filter=running)
-    return sum(run.name.startswith(name) for run in runs)
+    return sum(" shard-" in run.name for run in runs)
 
 
 @pytest.mark.slow
@@ -223,13 +227,15 @@ def test_a_worker_killed_mid_shard_and_every_shard_still_once(tmp_path, tiny_mod
     killed = None
     try:
         deadline = time.monotonic() + 300
-        api_url = None
+        api_url = flow_run = None
         while killed is None and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.5)
             text = log.read_text()
             if api_url is None and "temporary API for this stage at " in text:
                 api_url = text.split("temporary API for this stage at ")[1].split()[0]
-            if api_url and _running_shards(api_url, "selfplay gen-1 shard-") >= 2:
+            if flow_run is None and "/runs/flow-run/" in text:
+                flow_run = text.split("/runs/flow-run/")[1].split()[0]
+            if api_url and flow_run and _running_shards(api_url, flow_run) >= 2:
                 workers = _workers(proc.pid)
                 if len(workers) == 2:
                     killed = workers[0].pid
