@@ -867,13 +867,16 @@ def bench_scale(
     params: Annotated[str, typer.Option(help="The params.yaml to take selfplay from.")] = (
         "params.yaml"
     ),
-    worker_threads: Annotated[int, typer.Option(help="Torch and numba threads per worker.")] = 1,
+    worker_threads: Annotated[
+        int, typer.Option(min=1, help="Torch and numba threads per worker.")
+    ] = 1,
 ) -> None:
     """One generation's self-play in one process (today's stage) and on a Dask LocalCluster
     of 1 and 2 workers: games/s, speed-up against the ideal, time not spent playing."""
     from flows.bench_scale import HEADER, format_row, summary
     from flows.bench_scale import bench_scale as run
     from nets.config import SIZES
+    from stages.params import ParamsError
 
     if net not in SIZES:
         raise typer.BadParameter(
@@ -884,10 +887,14 @@ def bench_scale(
             f"between 2 and --games ({games}) shards (got {shards})", param_hint="--shards"
         )
     log = functools.partial(print, file=sys.stderr, flush=True)
-    result = run(
-        net=net, games=games, shards=shards, params_path=params,
-        worker_threads=worker_threads, log=log,
-    )  # fmt: skip
+    try:
+        result = run(
+            net=net, games=games, shards=shards, params_path=params,
+            worker_threads=worker_threads, log=log,
+        )  # fmt: skip
+    except ParamsError as e:
+        print(f"tengen bench scale: error: {e}", file=sys.stderr)
+        raise typer.Exit(2) from None
     if as_json:
         print(json.dumps(result))
         return

@@ -8,7 +8,7 @@ from pathlib import Path
 from prefect import task
 
 from stages import selfplay as selfplay_stage
-from stages.params import DEFAULT_PATH
+from stages.params import DEFAULT_PATH, ClusterParams, load_params, section
 
 
 @task(name="selfplay", task_run_name="selfplay gen-{generation}")
@@ -20,8 +20,10 @@ def selfplay(
     out: str | Path | None = None,
     metrics: str | Path | None = None,
 ) -> dict:
-    """Play one generation's self-play games; returns the stage's metrics."""
+    """Play one generation's self-play games, its shards where params.yaml's `cluster:`
+    says; returns the stage's metrics."""
     params, io = selfplay_stage.prepare(
         params_path, generation, model=model, out=out, metrics=metrics
     )
-    return selfplay_stage.run(params, io, progress=False)
+    cluster = section(load_params(params_path), "cluster", ClusterParams, source=params_path)
+    return selfplay_stage.run(params, io, cluster=cluster, progress=False)

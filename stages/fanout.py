@@ -147,15 +147,34 @@ def _on_dask(work, calls: list[dict], *, cluster: ClusterParams, name: str, log)
             futures = [shard.submit(**call) for call in calls]
         return [f.result() for f in futures]
 
+    if not cluster.address.startswith(LOCAL):
+        _answers(cluster.address)
+    # Dask's own INFO lines (scheduler, nannies, workers) would fill the stage's log.
+    logging.getLogger("distributed").setLevel(logging.WARNING)
     with prefect_api(log) as api_url:
         runner = task_runner(cluster, api_url)
         start = time.perf_counter()
-        try:
-            results = flow(
-                shards, name="tengen-shards", flow_run_name=name, task_runner=runner,
-                log_prints=False, validate_parameters=False,
-            )()  # fmt: skip
-        except OSError as e:  # the scheduler cannot be reached
-            raise ParamsError(f"cluster.address {cluster.address}: {e}") from None
+        results = flow(
+            shards, name="tengen-shards", flow_run_name=name, task_runner=runner,
+            log_prints=False, validate_parameters=False,
+        )()  # fmt: skip
         log(f"{len(calls)} shards on {cluster.address} in {time.perf_counter() - start:.1f} s")
     return results
+
+
+CONNECT_TIMEOUT = "10s"
+
+
+def _answers(address: str) -> None:
+    """ParamsError unless a Dask scheduler answers at `address` (before any Prefect API is
+    started or shard sent)."""
+    from distributed import Client
+
+    try:
+        with Client(address, timeout=CONNECT_TIMEOUT, set_as_default=False):
+            pass
+    except OSError as e:
+        raise ParamsError(
+            f"cluster.address {address}: no Dask scheduler answered ({e}); start one with "
+            "`dask scheduler` and its workers with `dask worker <address>`"
+        ) from None

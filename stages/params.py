@@ -562,7 +562,7 @@ class ClusterParams(Section):
     def _resources(cls, value: dict[str, Real]) -> dict[str, Real]:
         for name, amount in value.items():
             if not amount > 0:
-                raise ValueError(f"{name}: a resource's amount must be > 0 (got {amount})")
+                raise ValueError(f"{name}: a resource's amount must be > 0")
         return value
 
 

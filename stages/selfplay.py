@@ -95,8 +95,11 @@ def prepare(
     played."""
     params = read(params_path, Params)
     if games is not None:
-        if games < 1:
-            raise ParamsError(f"selfplay: --games must be >= 1 (got {games})")
+        if games < params.selfplay.shards:
+            raise ParamsError(
+                f"selfplay: --games must be at least selfplay.shards ({params.selfplay.shards}; "
+                f"got {games})"
+            )
         params = params.model_copy(
             update={"selfplay": params.selfplay.model_copy(update={"games": games})}
         )
@@ -270,9 +273,11 @@ def play_shard(
 ) -> ShardResult:
     """Play one shard's games with the champion's checkpoint `model` (bytes; None: uniform
     priors) and return its rows as Parquet bytes and its games as SGF. `threads` sets torch's
-    threads (a shard on a Dask worker); `on_step` follows the games (this process's bar)."""
+    and numba's threads (a shard on a Dask worker: cluster.worker_threads); `on_step` follows
+    the games (this process's bar)."""
     start = time.perf_counter()
-    if threads is not None:
+    if threads is not None:  # on a worker: its torch threads, and numba's (gocore.jit)
+        os.environ["TENGEN_THREADS"] = str(threads)
         cli.set_threads(threads)
     device, sp_params = params.device, params.selfplay
     net, model_id = _evaluator(model, device=device, seed=shard.seed)
@@ -354,9 +359,12 @@ def run(
         metrics = _metrics(results, seconds)
         metrics.update(
             generation=io.generation, model_id=results[0].model_id,
-            seed=plan[0].seed if len(plan) == 1 else params.selfplay.seed,
             shards=len(plan),
         )  # fmt: skip
+        if len(plan) == 1:  # the generation's seed (runs made before shards had it too)
+            metrics["seed"] = plan[0].seed
+        else:
+            metrics["shard_seeds"] = [shard.seed for shard in plan]
         if not here:
             metrics.update(
                 cluster=cluster.address, workers=len({r.worker for r in results}),

@@ -94,6 +94,12 @@ def test_more_shards_than_games_is_a_params_error():
         section(small_params(games=6, shards=7), "selfplay", SelfPlayParams, source="p.yaml")
 
 
+def test_fewer_games_than_shards_on_the_command_line_is_a_params_error(tmp_path):
+    path = params_file(tmp_path, games=6, shards=3)
+    with pytest.raises(ParamsError, match=r"--games must be at least selfplay.shards \(3; got 2\)"):
+        stage.prepare(path, 0, model="uniform", out=tmp_path / "gen-0", games=2)
+
+
 def test_a_run_folder_from_before_shards_reads_as_one_shard_in_this_process(tmp_path):
     """params.yaml written before `selfplay.shards` and `cluster:` existed: one shard, here;
     the file itself is not changed (DVC sees the same sections)."""
@@ -122,6 +128,18 @@ def test_a_bad_cluster_address_exits_2_naming_the_key(tmp_path, address, problem
     assert done.returncode == 2, done.stderr
     assert problem in done.stderr and str(path) in done.stderr
     assert not out.exists()
+
+
+def test_a_scheduler_that_does_not_answer_exits_2_before_any_game(tmp_path):
+    path = params_file(tmp_path, cluster={"address": "tcp://127.0.0.1:1"}, shards=2)
+    out = tmp_path / "gen-0"
+    done = subprocess.run(
+        stage_command(path, out, 0, None), capture_output=True, text=True,
+        env=environment(tmp_path), timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "cluster.address tcp://127.0.0.1:1: no Dask scheduler answered" in done.stderr
+    assert "Traceback" not in done.stderr and not out.exists()
 
 
 def test_shards_came_back_twice_or_not_at_all_is_an_error():
@@ -172,6 +190,7 @@ def test_local_cluster_gives_the_same_files_as_one_process(tmp_path, tiny_model)
         metrics = json.loads((folder / f"gen-{generation}.json").read_text())
         assert metrics["cluster"] == "local:2" and metrics["workers"] == 2
         assert metrics["shards"] == 3 and metrics["games"] == 6
+        assert len(set(metrics["shard_seeds"])) == 3
 
 
 def _workers(stage_pid: int) -> list[psutil.Process]:
