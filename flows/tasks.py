@@ -8,7 +8,8 @@ from pathlib import Path
 from prefect import task
 
 from stages import selfplay as selfplay_stage
-from stages.params import DEFAULT_PATH, ClusterParams, load_params, section
+from stages.fanout import cluster_params
+from stages.params import DEFAULT_PATH
 
 
 @task(name="selfplay", task_run_name="selfplay gen-{generation}")
@@ -25,5 +26,4 @@ def selfplay(
     params, io = selfplay_stage.prepare(
         params_path, generation, model=model, out=out, metrics=metrics
     )
-    cluster = section(load_params(params_path), "cluster", ClusterParams, source=params_path)
-    return selfplay_stage.run(params, io, cluster=cluster, progress=False)
+    return selfplay_stage.run(params, io, cluster=cluster_params(params_path), progress=False)

@@ -30,10 +30,15 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from stages.params import ClusterParams, ParamsError
+from stages.params import ClusterParams, ParamsError, load_params, section
 
 LOCAL = "local:"
 IN_PROCESS = ClusterParams(address=None, worker_threads=1, resources={})
+
+
+def cluster_params(params_path) -> ClusterParams:
+    """params.yaml's `cluster:` section (null in a file from before it existed)."""
+    return section(load_params(params_path), "cluster", ClusterParams, source=params_path)
 
 
 def worker_environment(threads: int) -> dict[str, str]:

@@ -40,16 +40,14 @@ from play.models import UNIFORM, load_evaluator
 from play.sgf import GameRecord, write_sgf
 from stages import cli, layout, tracking
 from stages.champions import previous_champion
-from stages.fanout import IN_PROCESS, fan_out
+from stages.fanout import IN_PROCESS, cluster_params, fan_out
 from stages.params import (
     ClusterParams,
     Device,
     ParamsError,
     Section,
     SelfPlayParams,
-    load_params,
     read,
-    section,
 )
 from stages.rows import SCHEMA, list_shards, manifest_entries, shard_bytes, table_from_columns
 from stages.spec import DvcStage, Plan, sections
@@ -119,9 +117,10 @@ def prepare(
     return params, io
 
 
-def game_seed(seed: int, generation: int) -> int:
-    """The run's seed for one generation: independent streams, fixed by (seed, generation)."""
-    return int(np.random.SeedSequence([seed, generation]).generate_state(1, np.uint64)[0] >> 1)
+def game_seed(seed: int, *stream: int) -> int:
+    """The run's seed for one stream of games (a generation; a generation's shard):
+    independent streams, fixed by (seed, *stream)."""
+    return int(np.random.SeedSequence([seed, *stream]).generate_state(1, np.uint64)[0] >> 1)
 
 
 def sgf_record(game: FinishedGame, game_id: str, model_id: str, generation: int) -> GameRecord:
@@ -238,10 +237,7 @@ def shard_plan(params: SelfPlayParams, generation: int) -> list[Shard]:
 
 
 def _shard_seed(seed: int, generation: int, shard: int, count: int) -> int:
-    if count == 1:
-        return game_seed(seed, generation)
-    words = np.random.SeedSequence([seed, generation, shard]).generate_state(1, np.uint64)
-    return int(words[0] >> 1)
+    return game_seed(seed, generation) if count == 1 else game_seed(seed, generation, shard)
 
 
 @dataclasses.dataclass
@@ -498,7 +494,7 @@ def main(argv: list[str] | None = None) -> int:
             args.params, args.generation, model=args.model, out=args.out,
             metrics=args.metrics, games=args.games,
         )  # fmt: skip
-        cluster = section(load_params(args.params), "cluster", ClusterParams, source=args.params)
+        cluster = cluster_params(args.params)
         cli.set_threads(params.selfplay.threads)
         log = functools.partial(print, "selfplay:", file=sys.stderr, flush=True)
         metrics = run(params, io, cluster=cluster, progress=not args.quiet, log=log)
