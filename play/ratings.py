@@ -41,6 +41,10 @@ class RatingError(ValueError):
     """Results that cannot be rated (no games, players not connected to the anchor)."""
 
 
+class UnboundedRating(RatingError):
+    """A player won or lost every game and no prior draws keep its rating finite."""
+
+
 def fit(
     pairings: list[Pairing],
     *,
@@ -68,7 +72,7 @@ def fit(
         games[j, i] += p.games + prior_draws
     scores, totals = wins.sum(axis=1), games.sum(axis=1)
     if perfect := [players[i] for i in range(k) if scores[i] in (0.0, totals[i])]:
-        raise RatingError(
+        raise UnboundedRating(
             f"{perfect} won or lost every game: no finite rating; use prior_draws > 0"
         )
     free = [i for i in range(k) if players[i] != anchor]

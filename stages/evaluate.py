@@ -38,7 +38,7 @@ from play.match import (
     wilson_interval,
 )
 from play.models import UNIFORM
-from play.ratings import Pairing, RatingError, fit
+from play.ratings import Pairing, RatingError, UnboundedRating, fit
 from stages import cli, layout
 from stages.cli import InputError
 from stages.params import Device, EvaluateParams, Rung, Section, read
@@ -240,6 +240,11 @@ def run(params: Params, io: EvaluateIO, *, progress=None) -> dict:
                 anchor=params.anchor, anchor_elo=params.anchor_elo,
                 prior_draws=params.prior_draws,
             )  # fmt: skip
+        except UnboundedRating as e:
+            raise InputError(
+                f"evaluate: the games cannot be rated: {e}; evaluate.prior_draws is "
+                f"{params.prior_draws}: set it above 0 (1 adds one draw to each pairing)"
+            ) from None
         except RatingError as e:
             raise InputError(f"evaluate: the games cannot be rated: {e}") from None
         if me not in ratings:

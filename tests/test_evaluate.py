@@ -272,3 +272,16 @@ def test_tengen_eval_outside_a_run(tmp_path):
     assert "random" in result.stdout and "net" in result.stdout
     bad = run_cli("eval", "--model", str(tmp_path / "none.pt"), "--games", "1")
     assert bad.returncode == 2 and "--model" in bad.stderr
+
+
+def test_a_pairing_won_or_lost_whole_without_prior_draws_names_the_key(tmp_path, monkeypatch):
+    # One decided game is always a perfect record: with prior_draws 0 no rating is finite, and
+    # the refusal names the key to change (hypothesis found a message without it).
+    monkeypatch.chdir(tmp_path)
+    params_path = _params(tmp_path, opponents={"random": "{tengen} gtp --player random"},
+                          anchor="random", games=1, workers=1, prior_draws=0)  # fmt: skip
+    (tmp_path / "reports" / "selfplay").mkdir(parents=True)
+    (tmp_path / "reports" / "selfplay" / "gen-0.json").write_text('{"evaluations": 1}')
+    _champion(tmp_path, 0, 0)
+    with pytest.raises(InputError, match=r"won or lost every game.*evaluate.prior_draws is 0"):
+        evaluate.run(*evaluate.prepare(params_path, 0))

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from play.ratings import Pairing, RatingError, elo_difference, fit
+from play.ratings import Pairing, RatingError, UnboundedRating, elo_difference, fit
 
 
 def test_two_players_at_a_known_win_rate():
@@ -53,7 +53,7 @@ def test_a_transitive_ladder_of_three():
 
 
 def test_what_cannot_be_rated():
-    with pytest.raises(RatingError, match="won or lost every game"):
+    with pytest.raises(UnboundedRating, match="won or lost every game"):
         fit([Pairing("A", "B", 4, 4)], anchor="B", prior_draws=0)
     assert fit([Pairing("A", "B", 4, 4)], anchor="B")["A"].elo == pytest.approx(
         elo_difference(4.5 / 5), abs=1e-6
