@@ -72,3 +72,14 @@ def load_evaluator(path: Path | None, *, device: str = "cpu", seed: int = 0):
         f"{net.config.name}-{hashlib.sha256(Path(path).read_bytes()).hexdigest()[:12]}"
     )
     return Evaluator(net, device=device), str(model_id)
+
+
+def evaluator_from_bytes(model: bytes | None, *, device: str = "cpu", seed: int = 0):
+    """load_evaluator on a checkpoint's bytes (None: the uniform priors): what a shard on a
+    cluster's worker plays with, where the stage's files may not be seen."""
+    if model is None:
+        return load_evaluator(None, device=device, seed=seed)
+    with tempfile.TemporaryDirectory(prefix="tengen-model-") as folder:
+        path = Path(folder) / CHAMPION
+        path.write_bytes(model)
+        return load_evaluator(path, device=device, seed=seed)

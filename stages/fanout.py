@@ -61,10 +61,26 @@ def fan_out(
 ) -> list[Any]:
     """[work(**call) for call in calls], in that order, wherever `cluster` says. Each call has
     an `index` (its shard's); `name` names the Prefect flow run and its tasks ("selfplay
-    gen-3": tasks "selfplay gen-3 shard-K")."""
+    gen-3": tasks "selfplay gen-3 shard-K"). Each result has the `index` of its call, and
+    comes back exactly once (checked)."""
     if cluster.address is None:
-        return [work(**call) for call in calls]
-    return _on_dask(work, list(calls), cluster=cluster, name=name, log=log or (lambda _: None))
+        results = [work(**call) for call in calls]
+    else:
+        results = _on_dask(work, list(calls), cluster=cluster, name=name,
+                           log=log or (lambda _: None))  # fmt: skip
+    return each_shard_once(results, [call["index"] for call in calls], name)
+
+
+def each_shard_once(results: list, indices: list[int], name: str) -> list:
+    """The results in the order of `indices`, after checking that each index came back
+    exactly once (a rescheduled shard must replace its lost run, never add to it)."""
+    back = sorted(r.index for r in results)
+    if back != sorted(indices):
+        raise RuntimeError(
+            f"{name}: shards {back} came back; expected each of {sorted(indices)} exactly once"
+        )
+    by_index = {r.index: r for r in results}
+    return [by_index[i] for i in indices]
 
 
 @contextlib.contextmanager

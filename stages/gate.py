@@ -14,7 +14,11 @@ reports/gate/gen-N.json (games, wins, draws, win rate, passed: a metrics file fo
 from __future__ import annotations
 
 import dataclasses
+import functools
+import os
+import socket
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -25,12 +29,13 @@ from gocore.board import PASS, point_xy
 from gocore.rules import PRESETS
 from nets.checkpoint import CheckpointError, load
 from nets.model import parameter_count
-from play.models import load_evaluator
+from play.models import evaluator_from_bytes
 from play.sgf import GameRecord, save_sgf
 from stages import cli, layout
 from stages.champions import previous_champion
 from stages.cli import InputError
-from stages.params import Device, GateParams, Section, read
+from stages.fanout import IN_PROCESS, cluster_params, fan_out
+from stages.params import ClusterParams, Device, GateParams, Section, read
 from stages.spec import DvcStage, Plan, sections
 from stages.tracking import model_digest
 
@@ -80,8 +85,104 @@ def decided(wins: float, played: int, games: int, needed: float) -> bool | None:
     return None
 
 
-def run(params: Params, io: GateIO) -> dict:
-    device, params = params.device, params.gate
+@dataclasses.dataclass(frozen=True)
+class Batch:
+    """`count` games from game number `first`, played at once: the gate's unit of work (one
+    shard on a cluster). Fixed by gate.games and gate.slots alone, and seeded from the run's
+    gate seed, the generation and `first`, so its games do not depend on where it ran."""
+
+    index: int
+    first: int
+    count: int
+
+    def seed(self, params: GateParams, generation: int) -> int:
+        return int(
+            np.random.SeedSequence([params.seed, generation, self.first]).generate_state(1)[0]
+        )
+
+
+def batches(params: GateParams) -> list[Batch]:
+    firsts = range(0, params.games, params.slots)
+    return [Batch(i, f, min(params.slots, params.games - f)) for i, f in enumerate(firsts)]
+
+
+class Tally:
+    """The candidate's score over games counted in order, and whether the gate is decided
+    (with early_stop: as soon as the rest of the games cannot change the outcome)."""
+
+    def __init__(self, params: GateParams):
+        self.params = params
+        self.needed = params.win_fraction * params.games
+        self.games: list[MatchGame] = []
+        self.wins = 0.0
+
+    @property
+    def decided(self) -> bool:
+        if len(self.games) >= self.params.games:
+            return True
+        return self.params.early_stop and (
+            decided(self.wins, len(self.games), self.params.games, self.needed) is not None
+        )
+
+    def add(self, games: list[MatchGame]) -> None:
+        self.games += games
+        self.wins += sum(g.a_result for g in games)
+
+
+@dataclasses.dataclass
+class BatchResult:
+    index: int
+    games: list[MatchGame]  # none: not played, the gate was decided before it
+    candidate_id: str
+    champion_id: str
+    seconds: float
+    worker: str
+
+
+def play_batch(
+    *,
+    index: int,
+    params: Params,
+    generation: int,
+    batch: Batch,
+    candidate: bytes,
+    champion: bytes | None,
+    threads: int | None = None,
+    tally: Tally | None = None,
+) -> BatchResult:
+    """A batch of gate games between the checkpoints' bytes (champion None: uniform priors).
+    In the stage's process `tally` is the gate's running score: a batch after the decision
+    plays nothing. `threads`: a cluster worker's torch and numba threads."""
+    start = time.perf_counter()
+    if threads is not None:
+        os.environ["TENGEN_THREADS"] = str(threads)
+        cli.set_threads(threads)
+    device, gate = params.device, params.gate
+    a, a_id = evaluator_from_bytes(candidate, device=device)
+    b, b_id = evaluator_from_bytes(champion, device=device, seed=gate.seed)
+    games = []
+    if tally is None or not tally.decided:
+        games = play_match(
+            a, b, (np.arange(batch.first, batch.first + batch.count) % 2) == 0,
+            size=gate.board_size, rules=PRESETS[gate.rules].with_komi(gate.komi),
+            visits=gate.visits, params=gate.search.params(),
+            leaves_per_game=gate.leaves_per_game, seed=batch.seed(gate, generation),
+            temperature_start=gate.temperature_start, temperature_end=gate.temperature_end,
+            considered=gate.search.considered,
+        )  # fmt: skip
+        if tally is not None:
+            tally.add(games)
+    return BatchResult(
+        index, games, a_id, b_id, time.perf_counter() - start,
+        f"{socket.gethostname()}:{os.getpid()}",
+    )  # fmt: skip
+
+
+def run(params: Params, io: GateIO, *, cluster: ClusterParams = IN_PROCESS, log=None) -> dict:
+    """Play the gate's batches wherever `cluster` says (stages.fanout) and decide. On a
+    cluster every batch is played and the decision read from them in order, so the games
+    kept and the decision are the stage's in one process (early_stop saves no compute there)."""
+    gate = params.gate
     if not io.candidate.is_file():
         raise InputError(f"gate: {io.candidate} does not exist; run the ema stage first")
     if io.skip:
@@ -89,57 +190,53 @@ def run(params: Params, io: GateIO) -> dict:
             pass
         decision = {
             "generation": io.generation, "candidate": str(io.candidate),
-            "champion": str(io.champion), "games": 0, "games_planned": params.games,
+            "champion": str(io.champion), "games": 0, "games_planned": gate.games,
             "candidate_wins": 0.0, "draws": 0, "win_rate": None, "needed": 0.0,
             "passed": False, "stopped_early": False, "skipped": io.skip,
         }  # fmt: skip
         write_json(decision, io.decision)
         return decision
-    candidate, candidate_id = load_evaluator(io.candidate, device=device)
-    champion, champion_id = load_evaluator(io.champion, device=device, seed=params.seed)
-    needed = params.win_fraction * params.games
-    rules = PRESETS[params.rules].with_komi(params.komi)
-    search = params.search.params()
-    games: list[MatchGame] = []
-    wins = 0.0
-    outcome = None
+    here = cluster.address is None
+    candidate = io.candidate.read_bytes()
+    champion = io.champion.read_bytes() if io.champion is not None else None
+    where = {"tally": Tally(gate)} if here else {"threads": cluster.worker_threads}
+    calls = [
+        dict(index=b.index, params=params, generation=io.generation, batch=b,
+             candidate=candidate, champion=champion, **where)
+        for b in batches(gate)
+    ]  # fmt: skip
+    results = fan_out(play_batch, calls, cluster=cluster, name=f"gate gen-{io.generation}", log=log)
+    tally = Tally(gate)
+    for r in results:
+        if tally.decided:
+            break
+        tally.add(r.games)
+    games, wins = tally.games, tally.wins
+    candidate_id, champion_id = results[0].candidate_id, results[0].champion_id
     with output_dir(io.out) as tmp:
-        while len(games) < params.games and outcome is None:
-            k = min(params.slots, params.games - len(games))
-            first = len(games)
-            batch = play_match(
-                candidate, champion, (np.arange(first, first + k) % 2) == 0,
-                size=params.board_size, rules=rules, visits=params.visits, params=search,
-                leaves_per_game=params.leaves_per_game,
-                seed=int(np.random.SeedSequence([params.seed, io.generation, first])
-                         .generate_state(1)[0]),
-                temperature_start=params.temperature_start,
-                temperature_end=params.temperature_end,
-                considered=params.search.considered,
-            )  # fmt: skip
-            for i, game in enumerate(batch):
-                wins += game.a_result
-                save_sgf(
-                    _record(game, params, candidate_id, champion_id, io.generation, first + i),
-                    tmp / "sgf" / f"game-{first + i:04d}.sgf",
-                )
-            games += batch
-            if params.early_stop:
-                outcome = decided(wins, len(games), params.games, needed)
-        passed = wins >= needed if outcome is None else outcome
+        for i, game in enumerate(games):
+            save_sgf(
+                _record(game, gate, candidate_id, champion_id, io.generation, i),
+                tmp / "sgf" / f"game-{i:04d}.sgf",
+            )
         decision = {
             "generation": io.generation,
             "candidate": candidate_id,
             "champion": champion_id,
             "games": len(games),
-            "games_planned": params.games,
+            "games_planned": gate.games,
             "candidate_wins": wins,
             "draws": sum(g.a_result == 0.5 for g in games),
             "win_rate": round(wins / len(games), 4),
-            "needed": needed,
-            "passed": bool(passed),
-            "stopped_early": len(games) < params.games,
+            "needed": tally.needed,
+            "passed": bool(wins >= tally.needed),
+            "stopped_early": len(games) < gate.games,
         }
+        if not here:
+            decision.update(
+                cluster=cluster.address, workers=len({r.worker for r in results}),
+                games_played=sum(len(r.games) for r in results),
+            )  # fmt: skip
     write_json(decision, io.decision)
     return decision
 
@@ -214,7 +311,12 @@ def main(argv: list[str] | None = None) -> int:
             out=args.out, decision=args.decision, net=args.net,
         )  # fmt: skip
         cli.set_threads(params.gate.threads)
-        decision = run(params, io)
+        decision = run(
+            params,
+            io,
+            cluster=cluster_params(args.params),
+            log=functools.partial(print, "gate:", file=sys.stderr, flush=True),
+        )
         if tracked is not None:
             track(tracked, io)
         return decision

@@ -20,7 +20,6 @@ import functools
 import os
 import socket
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -36,7 +35,7 @@ from gocore.selfplay import (
     FinishedGame,
     SelfPlay,
 )
-from play.models import UNIFORM, load_evaluator
+from play.models import UNIFORM, evaluator_from_bytes
 from play.sgf import GameRecord, write_sgf
 from stages import cli, layout, tracking
 from stages.champions import previous_champion
@@ -276,7 +275,7 @@ def play_shard(
         os.environ["TENGEN_THREADS"] = str(threads)
         cli.set_threads(threads)
     device, sp_params = params.device, params.selfplay
-    net, model_id = _evaluator(model, device=device, seed=shard.seed)
+    net, model_id = evaluator_from_bytes(model, device=device, seed=shard.seed)
     sp = SelfPlay(
         sp_params.config(), net, games=shard.games, slots=sp_params.slots, seed=shard.seed
     )
@@ -308,16 +307,6 @@ def play_shard(
     )  # fmt: skip
 
 
-def _evaluator(model: bytes | None, *, device: str, seed: int):
-    """load_evaluator on a checkpoint's bytes (a worker may not see the champion's file)."""
-    if model is None:
-        return load_evaluator(None, device=device, seed=seed)
-    with tempfile.TemporaryDirectory(prefix="tengen-champion-") as folder:
-        path = Path(folder) / "champion.pt"
-        path.write_bytes(model)
-        return load_evaluator(path, device=device, seed=seed)
-
-
 def run(
     params: Params,
     io: SelfPlayIO,
@@ -343,7 +332,6 @@ def run(
         results = fan_out(
             play_shard, calls, cluster=cluster, name=f"selfplay gen-{io.generation}", log=log
         )
-        results = each_shard_once(results, len(plan))
         for i, data in enumerate(f for r in results for f in r.parquet):
             write_bytes(data, tmp / f"part-{i}.parquet")
         for r in results:
@@ -368,17 +356,6 @@ def run(
             )  # fmt: skip
     write_json(metrics, io.metrics)
     return metrics
-
-
-def each_shard_once(results: list[ShardResult], count: int) -> list[ShardResult]:
-    """The shards in order, after checking that each of 0..count-1 came back exactly once (a
-    rescheduled shard must replace its lost run, never add to it)."""
-    indices = sorted(r.index for r in results)
-    if indices != list(range(count)):
-        raise RuntimeError(
-            f"selfplay: shards {indices} came back; expected each of 0..{count - 1} exactly once"
-        )
-    return sorted(results, key=lambda r: r.index)
 
 
 @dataclasses.dataclass

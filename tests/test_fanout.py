@@ -18,6 +18,7 @@ import yaml
 
 from play.sgf import read_sgf
 from stages import selfplay as stage
+from stages.fanout import each_shard_once
 from stages.params import ClusterParams, ParamsError, SelfPlayParams, load_params, read, section
 from tests.conftest import REPO
 from tests.test_selfplay import check_generation, small_params
@@ -145,11 +146,13 @@ def test_a_scheduler_that_does_not_answer_exits_2_before_any_game(tmp_path):
 def test_shards_came_back_twice_or_not_at_all_is_an_error():
     one = stage.ShardResult(0, [], {}, stage._Stats(), 0, 0, 0, 0.0, "m", "h:1")
     two = stage.ShardResult(1, [], {}, stage._Stats(), 0, 0, 0, 0.0, "m", "h:2")
-    assert [r.index for r in stage.each_shard_once([two, one], 2)] == [0, 1]
-    with pytest.raises(RuntimeError, match=r"shards \[0, 0\] came back; expected each of 0..1"):
-        stage.each_shard_once([one, one], 2)
+    assert [r.index for r in each_shard_once([two, one], [0, 1], "selfplay gen-0")] == [0, 1]
+    with pytest.raises(
+        RuntimeError, match=r"gen-0: shards \[0, 0\] came back; expected each of \[0, 1\]"
+    ):
+        each_shard_once([one, one], [0, 1], "selfplay gen-0")
     with pytest.raises(RuntimeError, match=r"shards \[1\] came back"):
-        stage.each_shard_once([two], 2)
+        each_shard_once([two], [0, 1], "selfplay gen-0")
 
 
 def test_three_shards_in_process_make_one_sound_generation(tmp_path, tiny_model):
@@ -268,3 +271,59 @@ def test_a_worker_killed_mid_shard_and_every_shard_still_once(tmp_path, tiny_mod
     metrics = json.loads((folder / "gen-1.json").read_text())
     assert metrics["games"] == 8 and metrics["shards"] == 4
     assert metrics["workers"] >= 2  # the killed worker's shard ran again on another process
+
+
+# -- the gate's games ---------------------------------------------------------------------
+
+
+def gate_params(folder: Path, address: str | None, **gate) -> Path:
+    """params.yaml with the gate shrunk to a few 5x5 games in batches of 2 (one shard each)."""
+    params = small_params()
+    params["gate"].update(
+        games=6, slots=2, visits=4, leaves_per_game=2, board_size=5, komi=0.5, **gate
+    )
+    params["cluster"]["address"] = address
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "params.yaml"
+    path.write_text(yaml.safe_dump(params))
+    return path
+
+
+@pytest.mark.slow
+def test_the_gate_on_a_local_cluster_keeps_the_games_and_decision_of_one_process(
+    tmp_path, tiny_model
+):
+    """The gate's batches as shards on 2 workers: the same SGFs and decision as in one process,
+    with early_stop (decided in game order from the batches that came back) and without."""
+    import torch
+
+    from nets.checkpoint import save
+    from nets.config import net_config
+    from nets.model import GoNet
+    from stages import gate
+
+    torch.manual_seed(1)
+    champion = save(GoNet(net_config("b2c16")), tmp_path / "champion.pt", {"model_id": "champ"})
+    for early_stop, win_fraction in ((True, 1.0), (False, 0.5)):
+        runs = {}
+        for address in (None, "local:2"):
+            folder = tmp_path / f"{early_stop}-{address}".replace(":", "")
+            path = gate_params(folder, address, early_stop=early_stop, win_fraction=win_fraction)
+            command = [
+                sys.executable, "-m", "stages.gate", "--generation", "2", "--params", str(path),
+                "--candidate", str(tiny_model), "--champion", str(champion),
+                "--out", str(folder / "gate"), "--decision", str(folder / "gate.json"),
+            ]  # fmt: skip
+            done = subprocess.run(
+                command, capture_output=True, text=True, env=environment(folder), timeout=600
+            )
+            assert done.returncode == 0, done.stderr[-3000:]
+            runs[address] = (json.loads((folder / "gate.json").read_text()),
+                             files_of(folder / "gate"))  # fmt: skip
+        (here, here_files), (there, there_files) = runs[None], runs["local:2"]
+        assert there_files == here_files and len(here_files) == here["games"]
+        assert there.pop("cluster") == "local:2" and there.pop("workers") == 2
+        assert there.pop("games_played") == 6  # every batch played there
+        assert there == here
+        if early_stop:  # 6 wins of 6 needed: decided in the first batch with a game not won
+            assert here["stopped_early"] and here["games"] < 6
