@@ -20,13 +20,17 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import functools
 import json
+import os
 import shlex
 import shutil
+import socket
 import sys
+import tempfile
 from pathlib import Path
 
-from gocore.atomic import output_dir, write_json
+from gocore.atomic import output_dir, write_bytes, write_json
 from gocore.rules import PRESETS
 from play.match import (
     EngineStartError,
@@ -41,7 +45,8 @@ from play.models import UNIFORM
 from play.ratings import Pairing, RatingError, UnboundedRating, fit
 from stages import cli, layout
 from stages.cli import InputError
-from stages.params import Device, EvaluateParams, Rung, Section, read
+from stages.fanout import IN_PROCESS, cluster_params, fan_out
+from stages.params import ClusterParams, Device, EvaluateParams, Rung, Section, read
 from stages.spec import DvcStage, Plan, sections
 
 
@@ -105,12 +110,33 @@ def engine_command(command: str) -> str:
     return shlex.join(words)
 
 
-def champion_command(path: Path | None, params: EvaluateParams, device: str, io: EvaluateIO):
-    return shlex.join([
-        sys.executable, "-m", "flows.cli", "gtp", "--model", str(path or UNIFORM),
-        "--visits", str(params.visits), "--threads", str(params.threads), "--device", device,
-        "--params", str(io.params_path), "--section", "evaluate",
-    ])  # fmt: skip
+def champion_command(
+    path: Path | str | None, params: EvaluateParams, device: str, params_path: Path | str
+) -> str:
+    """A champion's GTP engine (path None: the uniform priors), with this interpreter."""
+    return shlex.join([sys.executable, "-m", "flows.cli", *_champion_args(path, params, device,
+                                                                         params_path)])  # fmt: skip
+
+
+def _champion_args(path, params: EvaluateParams, device: str, params_path) -> list[str]:
+    return [
+        "gtp", "--model", str(path or UNIFORM), "--visits", str(params.visits),
+        "--threads", str(params.threads), "--device", device, "--params", str(params_path),
+        "--section", "evaluate",
+    ]  # fmt: skip
+
+
+# A cluster's worker runs the engines: the champions' checkpoints and params.yaml go to it as
+# bytes, into a temporary folder that FILES in the command lines names there, and `{tengen}`
+# and the programs are found on the worker.
+FILES = "{files}"
+
+
+def _worker_command(model: str | None, params: EvaluateParams, device: str) -> str:
+    """champion_command for a worker: the checkpoint `model` (None: uniform) and params.yaml
+    in FILES."""
+    path = f"{FILES}/{model}" if model is not None else None
+    return "{tengen} " + shlex.join(_champion_args(path, params, device, f"{FILES}/params.yaml"))
 
 
 def rung_config(even: MatchConfig, rung: Rung, params: EvaluateParams) -> MatchConfig:
@@ -122,29 +148,78 @@ def rung_config(even: MatchConfig, rung: Rung, params: EvaluateParams) -> MatchC
     )  # fmt: skip
 
 
+def chunks(games: int, workers: int) -> list[list[int]]:
+    """A pairing's game numbers (from 1) dealt to `workers` engine pairs."""
+    numbers = list(range(1, games + 1))
+    return [numbers[i::workers] for i in range(workers) if numbers[i::workers]]
+
+
+def play_games(
+    name: str, a: str, b: str, config: MatchConfig, out: Path, numbers: list[int]
+) -> list[GameResult]:
+    """Games `numbers` of A against B with one engine pair; the SGFs in out/games."""
+    match = Match(a, b, config, out)
+    try:
+        try:
+            match.start()
+        except EngineStartError as e:
+            raise InputError(f"evaluate, pairing {name}: {e}") from None
+        return [match.play_game(n) for n in numbers]
+    finally:
+        match.close()
+
+
 def play_pairing(
     name: str, a: str, b: str, config: MatchConfig, out: Path, workers: int
 ) -> list[GameResult]:
     """config.games games of A against B, split over `workers` engine pairs (each its own
     processes), colours alternating by game number (or A in Black throughout, a handicap
     rung's); the SGFs in out/games."""
-    numbers = list(range(1, config.games + 1))
-    chunks = [numbers[i::workers] for i in range(workers) if numbers[i::workers]]
+    parts = chunks(config.games, workers)
 
-    def play(chunk: list[int]) -> list[GameResult]:
-        match = Match(a, b, config, out)
-        try:
-            try:
-                match.start()
-            except EngineStartError as e:
-                raise InputError(f"evaluate, pairing {name}: {e}") from None
-            return [match.play_game(n) for n in chunk]
-        finally:
-            match.close()
+    def play(numbers: list[int]) -> list[GameResult]:
+        return play_games(name, a, b, config, out, numbers)
 
-    with concurrent.futures.ThreadPoolExecutor(len(chunks), f"eval-{name}") as pool:
-        results = [r for part in pool.map(play, chunks) for r in part]
+    with concurrent.futures.ThreadPoolExecutor(len(parts), f"eval-{name}") as pool:
+        results = [r for part in pool.map(play, parts) for r in part]
     return sorted(results, key=lambda r: r.number)
+
+
+@dataclasses.dataclass
+class ChunkResult:
+    index: int
+    name: str  # the pairing's opponent
+    results: list[GameResult]
+    files: dict[str, bytes]  # what the match wrote (games/*.sgf, logs/), by relative path
+    worker: str
+
+
+def play_chunk(
+    *,
+    index: int,
+    name: str,
+    a: str,
+    b: str,
+    config: MatchConfig,
+    numbers: list[int],
+    files: dict[str, bytes],
+) -> ChunkResult:
+    """play_games on a cluster's worker: `files` (checkpoints, params.yaml) written to a
+    temporary folder that FILES in the command lines names; the match's files sent back."""
+    with tempfile.TemporaryDirectory(prefix="tengen-eval-") as folder:
+        for file_name, data in files.items():
+            (Path(folder) / file_name).write_bytes(data)
+
+        def here(command: str) -> str:
+            return engine_command(command.replace(FILES, folder))
+
+        config = dataclasses.replace(config, referee=config.referee and here(config.referee))
+        out = Path(folder) / "out"
+        results = play_games(name, here(a), here(b), config, out, numbers)
+        back = {
+            str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()
+        }
+    return ChunkResult(index, name, results, back, f"{socket.gethostname()}:{os.getpid()}")
 
 
 def pairing_summary(a: str, b: str, results: list[GameResult]) -> dict:
@@ -194,7 +269,43 @@ def _earlier_report(reports: Path, k: int) -> dict:
         raise InputError(f"evaluate: {path} is not valid JSON ({e}); rerun evaluate-{k}") from None
 
 
-def run(params: Params, io: EvaluateIO, *, progress=None) -> dict:
+def _on_cluster(champion_path, engines, configs, params, device, io, cluster, log) -> dict:
+    """Every pairing's chunks as shards on the cluster at once: {opponent: (its command line
+    as the workers run it, its chunks in order)}."""
+    common = {"params.yaml": Path(io.params_path).read_bytes()}
+    if champion_path is not None:
+        common["champion.pt"] = champion_path.read_bytes()
+    champion = _worker_command("champion.pt" if champion_path else None, params, device)
+    calls, commands = [], {}
+    for name, engine in engines.items():
+        files = dict(common)
+        if isinstance(engine, str):
+            command = engine
+        else:  # a past champion (gen-K): its checkpoint as gen-K.pt
+            path = engine[0]
+            if path is not None:
+                files[f"{name}.pt"] = path.read_bytes()
+            command = _worker_command(f"{name}.pt" if path else None, params, device)
+        commands[name] = command
+        for numbers in chunks(configs[name].games, params.workers):
+            calls.append(dict(index=len(calls), name=name, a=champion, b=command,
+                              config=configs[name], numbers=numbers, files=files))  # fmt: skip
+    back = fan_out(play_chunk, calls, cluster=cluster, name=f"evaluate gen-{io.generation}",
+                   log=log)  # fmt: skip
+    return {name: (command, [c for c in back if c.name == name])
+            for name, command in commands.items()}  # fmt: skip
+
+
+def run(
+    params: Params,
+    io: EvaluateIO,
+    *,
+    progress=None,
+    cluster: ClusterParams = IN_PROCESS,
+    log=None,
+) -> dict:
+    """Play the ladder (in this process, or each pairing's chunks as shards where `cluster`
+    says: the same games), rate every evaluation so far, write the report."""
     device, params = params.device, params.evaluate
     champion_path = _champion(io.champion, f"promote-{io.generation}")
     me = io.name or f"gen-{io.generation}"
@@ -202,11 +313,11 @@ def run(params: Params, io: EvaluateIO, *, progress=None) -> dict:
         raise InputError(f"evaluate.opponents: {me!r} is the name of a champion")
     earlier = [_earlier_report(io.reports or Path("reports"), k) for k in io.earlier]
     rungs = params.rungs()
-    opponents = {name: engine_command(rung.command) for name, rung in rungs.items()}
+    # Each opponent: its rung's command line, or a past champion's checkpoint (None: uniform).
+    engines: dict[str, str | tuple[Path | None]] = {n: r.command for n, r in rungs.items()}
     past = io.earlier[len(io.earlier) - params.past_champions :] if params.past_champions else []
     for k in past:
-        path = _champion(layout.champion(k), f"promote-{k}")
-        opponents[f"gen-{k}"] = champion_command(path, params, device, io)
+        engines[f"gen-{k}"] = (_champion(layout.champion(k), f"promote-{k}"),)
     if params.anchor not in params.opponents and not any(
         params.anchor in (p["a"], p["b"]) for r in earlier for p in r["pairings"]
     ):
@@ -217,22 +328,48 @@ def run(params: Params, io: EvaluateIO, *, progress=None) -> dict:
     even = MatchConfig(
         games=params.games, size=params.board_size,
         rules=PRESETS[params.rules].with_komi(params.komi), timeout=params.timeout,
-        referee=engine_command(params.referee) if params.referee else None,
+        referee=params.referee or None,
     )  # fmt: skip
-    champion = champion_command(champion_path, params, device, io)
+    configs = {
+        name: even if name not in rungs else rung_config(even, rungs[name], params)
+        for name in engines
+    }
     pairings = []
+
+    def record(name: str, command: str, results: list[GameResult]) -> None:
+        config = configs[name]
+        summary = {
+            "opponent": name, "command": command, "handicap": config.handicap,
+            "komi": config.rules.komi, **pairing_summary(me, name, results),
+        }  # fmt: skip
+        pairings.append(summary)
+        if progress is not None:
+            progress(summary)
+
     with output_dir(io.out) as tmp:
-        for name, command in opponents.items():
-            rung = rungs.get(name)
-            config = even if rung is None else rung_config(even, rung, params)
-            results = play_pairing(name, champion, command, config, tmp / name, params.workers)
-            summary = {
-                "opponent": name, "command": command, "handicap": config.handicap,
-                "komi": config.rules.komi, **pairing_summary(me, name, results),
+        if cluster.address is None:
+            # Every program found before any game is played.
+            champion = champion_command(champion_path, params, device, io.params_path)
+            commands = {
+                name: engine_command(e) if isinstance(e, str)
+                else champion_command(e[0], params, device, io.params_path)
+                for name, e in engines.items()
             }  # fmt: skip
-            pairings.append(summary)
-            if progress is not None:
-                progress(summary)
+            referee = params.referee and engine_command(params.referee)
+            for name, command in commands.items():
+                config = dataclasses.replace(configs[name], referee=referee or None)
+                record(name, command, play_pairing(name, champion, command, config,
+                                                   tmp / name, params.workers))  # fmt: skip
+        else:
+            by_name = _on_cluster(champion_path, engines, configs, params, device, io, cluster,
+                                  log)  # fmt: skip
+            for name, (command, chunks_back) in by_name.items():
+                for chunk in chunks_back:
+                    for relative, data in chunk.files.items():
+                        write_bytes(data, tmp / name / relative)
+                results = sorted((r for c in chunks_back for r in c.results),
+                                 key=lambda r: r.number)  # fmt: skip
+                record(name, command, results)
         all_pairings = [p for r in earlier for p in r["pairings"]] + pairings
         try:
             ratings = fit(
@@ -380,7 +517,8 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
 
-        report = run(params, io, progress=progress)
+        log = functools.partial(print, "evaluate:", file=sys.stderr, flush=True)
+        report = run(params, io, progress=progress, cluster=cluster_params(args.params), log=log)
         if tracked is not None:
             tracked.log_artifact(io.report)
             tracked.log_artifact(io.history)

@@ -300,7 +300,6 @@ def test_the_gate_on_a_local_cluster_keeps_the_games_and_decision_of_one_process
     from nets.checkpoint import save
     from nets.config import net_config
     from nets.model import GoNet
-    from stages import gate
 
     torch.manual_seed(1)
     champion = save(GoNet(net_config("b2c16")), tmp_path / "champion.pt", {"model_id": "champ"})
@@ -327,3 +326,68 @@ def test_the_gate_on_a_local_cluster_keeps_the_games_and_decision_of_one_process
         assert there == here
         if early_stop:  # 6 wins of 6 needed: decided in the first batch with a game not won
             assert here["stopped_early"] and here["games"] < 6
+
+
+# -- the evaluate stage's games ----------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_evaluate_on_a_local_cluster_plays_the_games_of_one_process(tmp_path, tiny_model):
+    """Generation 1's evaluation against the random player and generation 0's champion (whose
+    checkpoint, like the champion's and params.yaml, goes to the workers as bytes): each
+    pairing's 2 engine pairs as shards on 2 workers play the games one process plays."""
+    import shutil
+
+    import torch
+
+    from nets.checkpoint import save
+    from nets.config import net_config
+    from nets.model import GoNet
+
+    base = tmp_path / "base"
+    for k in (0, 1):
+        folder = base / "models" / f"gen-{k}" / "champion"
+        folder.mkdir(parents=True)
+        torch.manual_seed(k)
+        save(GoNet(net_config("b2c16")), folder / "champion.pt", {"model_id": f"champ-{k}"})
+        (base / "reports" / "selfplay").mkdir(parents=True, exist_ok=True)
+        (base / "reports" / "selfplay" / f"gen-{k}.json").write_text('{"evaluations": 100}')
+    params = small_params()
+    params["evaluate"].update(
+        games=2, board_size=5, komi=0.5, visits=4, workers=2, timeout=60, past_champions=1,
+        opponents={"random": "{tengen} gtp --player random --seed 1"}, anchor="random",
+        referee=None,
+    )  # fmt: skip
+
+    def evaluate(folder: Path, generation: int, earlier: str = "") -> subprocess.CompletedProcess:
+        command = [sys.executable, "-m", "stages.evaluate", "--generation", str(generation)]
+        command += ["--earlier", earlier] if earlier else []
+        return subprocess.run(
+            command, capture_output=True, text=True, env=environment(folder), timeout=600,
+            cwd=folder,
+        )  # fmt: skip
+
+    (base / "params.yaml").write_text(yaml.safe_dump(params))
+    first = evaluate(base, 0)
+    assert first.returncode == 0, first.stderr[-3000:]
+    reports = {}
+    for address in (None, "local:2"):
+        folder = tmp_path / str(address).replace(":", "")
+        shutil.copytree(base, folder)
+        params["cluster"]["address"] = address
+        (folder / "params.yaml").write_text(yaml.safe_dump(params))
+        done = evaluate(folder, 1, "0")
+        assert done.returncode == 0, done.stderr[-3000:]
+        report = json.loads((folder / "reports" / "eval" / "gen-1.json").read_text())
+        games = folder / "reports" / "eval" / "gen-1"
+        sgfs = {str(p.relative_to(games)): p.read_bytes() for p in games.rglob("*.sgf")}
+        reports[address] = (report, sgfs, done.stderr)
+    (here, here_games, _), (there, there_games, log) = reports[None], reports["local:2"]
+    assert "4 shards on local:2" in log
+    assert [p["opponent"] for p in there["pairings"]] == ["random", "gen-0"]
+    assert there_games == here_games and len(here_games) == 4
+    for mine, theirs in zip(here["pairings"], there["pairings"], strict=True):
+        assert "{files}/gen-0.pt" in theirs.pop("command") or theirs["opponent"] == "random"
+        mine.pop("command")
+        assert mine == theirs
+    assert here["ratings"] == there["ratings"]

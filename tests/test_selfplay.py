@@ -407,7 +407,7 @@ def test_killed_stage_leaves_nothing(tmp_path, monkeypatch):
     params_path = write_params(tmp_path)
     params, io = stage.prepare(params_path, 0, out=tmp_path / "out" / "gen-0",
                                metrics=tmp_path / "out" / "m.json")  # fmt: skip
-    monkeypatch.setattr(stage, "load_evaluator", lambda model, **kw: (Failing(), "x"))
+    monkeypatch.setattr(stage, "evaluator_from_bytes", lambda model, **kw: (Failing(), "x"))
     with pytest.raises(Boom):
         stage.run(params, io, progress=False)
     assert list((tmp_path / "out").iterdir()) == []
