@@ -25,6 +25,8 @@ bench_app = typer.Typer(help="Benchmarks, each beside a named baseline measured 
 app.add_typer(bench_app, name="bench")
 nets_app = typer.Typer(help="The networks: sizes and parameter counts.")
 app.add_typer(nets_app, name="nets")
+remote_app = typer.Typer(help="Where a run's data goes off the machine: its DVC remote.")
+app.add_typer(remote_app, name="remote")
 
 
 def _version() -> str:
@@ -594,6 +596,34 @@ def run_loop(
     ran = sum(r["ran"] for r in results)
     print(f"{len(results)} stages: {ran} ran, {len(results) - ran} were up to date")
     print(where(folder))
+
+
+@remote_app.command("add")
+def remote_add(
+    url: Annotated[
+        str,
+        typer.Argument(
+            help="A folder (a shared disk), or s3://bucket/path, gs://..., ssh://... "
+            "(pip install dvc-s3, dvc-gs, dvc-ssh for those)."
+        ),
+    ],
+    repo: Annotated[str, typer.Option(help="The run's folder.")] = ".",
+    name: Annotated[str, typer.Option(help="The remote's name in .dvc/config.")] = "storage",
+) -> None:
+    """Make URL the run's default DVC remote and set run.push: true in its params.yaml: each
+    generation, once finished, is pushed there (`dvc push`), and dvc.lock and the metrics are
+    committed to the run's git (and pushed where its branch has an upstream). Another machine
+    then gets the run with `git clone` and `dvc pull`."""
+    from flows.runs import add_remote
+    from stages.params import ParamsError
+
+    try:
+        where = add_remote(Path(repo), url, name)
+    except ParamsError as e:
+        print(f"tengen remote add: {e}", file=sys.stderr)
+        raise typer.Exit(2) from None
+    print(f"DVC remote {name} (default): {where}")
+    print(f"{Path(repo) / 'params.yaml'}: run.push: true (each generation pushed when it ends)")
 
 
 @app.command("ablate")

@@ -25,7 +25,13 @@ from prefect import flow, get_run_logger, task
 from prefect.context import get_run_context
 
 from flows.pipeline import generation, write_dvc_yaml
-from flows.runs import completed_generations, set_generations
+from flows.runs import (
+    PushError,
+    check_push,
+    completed_generations,
+    push_generation,
+    set_generations,
+)
 from gocore.atomic import write_text
 from stages import data
 from stages.params import load_params, run_section
@@ -205,6 +211,20 @@ def run_stage(
     return {"stage": name, "ran": ran, "metrics": values}
 
 
+@task(name="push", task_run_name="push gen-{generation}", retries=2, retry_delay_seconds=10)
+def push(repo: str, generation: int, message: str | None = None) -> list[str]:
+    """A finished generation to the run's remotes (run.push): flows.runs.push_generation. A
+    push that fails three times stops the run (its generation stays done here)."""
+    logger = get_run_logger()
+    try:
+        done = push_generation(Path(repo), generation, message)
+    except PushError as e:
+        raise StageFailed(str(e)) from None
+    for line in done:
+        logger.info("generation %d: %s", generation, line)
+    return done
+
+
 @flow(name="tengen-loop")
 def loop(
     repo: str = ".",
@@ -227,7 +247,8 @@ def loop(
     instead of a new one (what the ablation does, whose arms grow by loops of a generation:
     one run for the arm, its run.generations a tag, since a param cannot change). With
     `report`, a run that finishes ends by writing its page (stages.report), logged to the
-    loop's MLflow run."""
+    loop's MLflow run. With run.push, each generation is pushed when it ends (DVC remote and
+    a git commit: flows.runs.push_generation), and the page after it."""
     logger = get_run_logger()
     params_path = Path(repo) / "params.yaml"
     if more is not None:
@@ -237,6 +258,9 @@ def loop(
     raw = load_params(params_path)
     plan = plan_of(raw, params_path)
     count = plan.generations
+    pushed = run_section(raw, params_path).push
+    if pushed:
+        check_push(Path(repo))
     tracker = open_tracker(raw, params_path, base=Path(repo).resolve())
     in_source = (Path(repo) / "gocore").is_dir()
     write_dvc_yaml(params_path, Path(repo) / "dvc.yaml", code_deps=in_source)
@@ -295,6 +319,8 @@ def loop(
                 ),
                 f"{champion['id']} ({champion.get('net', '?')})" if champion else "none yet",
             )
+            if pushed:
+                push(str(repo), n)
         status = "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"
@@ -307,6 +333,8 @@ def loop(
             tracker.client.set_terminated(parent, status)
     if report:  # the run is done (and its MLflow run FINISHED): its page
         report_run(Path(repo), tracker, parent, logger)
+        if pushed and count > start:
+            push(str(repo), count - 1, "the run's page")
     return results
 
 

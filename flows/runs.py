@@ -129,14 +129,20 @@ def create_run(
 
 
 def set_generations(params_path: Path, generations: int) -> None:
-    """Set `run.generations` in params.yaml, keeping the file's comments: the line of the
-    `generations:` key directly inside the top-level `run:` block."""
+    """Set `run.generations` in params.yaml, keeping the file's comments."""
     if isinstance(generations, bool) or not isinstance(generations, int) or generations < 1:
         raise ParamsError(
             f"{params_path}: run.generations must be a whole number >= 1 (got {generations!r})"
         )
+    set_run_key(params_path, "generations", str(generations))
+
+
+def set_run_key(params_path: Path, name: str, value: str) -> None:
+    """Set `run.<name>` to the YAML `value` in params.yaml, keeping the file's comments: the
+    line of the key directly inside the top-level `run:` block, or a new line after
+    `generations:` where a file from before the key has none."""
     lines = params_path.read_text().splitlines(keepends=True)
-    inside, indent = False, None
+    inside, indent, after = False, None, None
     for i, text in enumerate(lines):
         if not text.strip() or text.lstrip().startswith("#"):
             continue
@@ -149,11 +155,84 @@ def set_generations(params_path: Path, generations: int) -> None:
         width = len(text) - len(text.lstrip())
         indent = width if indent is None else indent
         key = _KEY.match(text)
+        if width == indent and key and key.group(2) == name:
+            lines[i] = f"{key.group(1)}{name}: {value}{key.group(3) or ''}\n"
+            break
         if width == indent and key and key.group(2) == "generations":
-            lines[i] = f"{key.group(1)}generations: {generations}{key.group(3) or ''}\n"
-            write_text("".join(lines), params_path)
-            return
-    raise ParamsError(f"{params_path}: no `run:` section with a `generations:` key")
+            after = (i, key.group(1))
+    else:
+        if after is None:
+            raise ParamsError(f"{params_path}: no `run:` section with a `generations:` key")
+        i, lead = after
+        lines.insert(i + 1, f"{lead}{name}: {value}\n")
+    write_text("".join(lines), params_path)
+
+
+def add_remote(folder: Path, url: str, name: str = "storage") -> str:
+    """Make `url` (a path, s3://, gs://, ssh://... as DVC takes them) the run's default DVC
+    remote and turn run.push on; returns the URL as configured (a path made absolute)."""
+    if not (folder / ".dvc").is_dir() or not (folder / "params.yaml").is_file():
+        raise ParamsError(f"{folder}: not a run folder (no .dvc/ or params.yaml); make one "
+                          "with `tengen run --preset NAME`")  # fmt: skip
+    if (folder / "gocore").is_dir():
+        raise ParamsError(f"{folder}: the source tree is no run folder to push; make one with "
+                          "`tengen run --preset NAME`")  # fmt: skip
+    if "://" not in url:
+        url = str(Path(url).expanduser().resolve())
+    _run(folder, sys.executable, "-m", "dvc", "remote", "add", "--default", "--force", name, url)
+    set_run_key(folder / "params.yaml", "push", "true")
+    return url
+
+
+def check_push(repo: Path) -> None:
+    """ParamsError unless run.push can work in `repo`: a run folder with a default remote."""
+    if (repo / "gocore").is_dir():
+        raise ParamsError(f"{repo / 'params.yaml'}: run.push is true in the source tree, which "
+                          "is no run folder to commit and push; make one with "
+                          "`tengen run --preset NAME`")  # fmt: skip
+    done = subprocess.run([sys.executable, "-m", "dvc", "remote", "default"], cwd=repo,
+                          capture_output=True, text=True)  # fmt: skip
+    if done.returncode != 0 or not done.stdout.strip():
+        raise ParamsError(f"{repo / 'params.yaml'}: run.push is true but the run has no default "
+                          "DVC remote; add one with `tengen remote add PATH|s3://...`")  # fmt: skip
+
+
+class PushError(RuntimeError):
+    """A push that failed: the generation is done here, and the next run pushes it again."""
+
+
+def push_generation(repo: Path, generation: int, message: str | None = None) -> list[str]:
+    """Generation `generation` off the machine: a git commit (`message`, default "generation
+    N") of what DVC does not cache (dvc.lock, params.yaml, dvc.yaml, the metrics, the run's
+    page), `dvc push` to the default remote, and `git push` where the branch has an upstream.
+    Returns what was done, line by line."""
+    done = []
+
+    def run(*cmd: str) -> str:
+        try:
+            out = subprocess.run(cmd, cwd=repo, check=True, capture_output=True, text=True)
+        except subprocess.CalledProcessError as e:
+            what = " ".join(cmd).replace(f"{sys.executable} -m ", "")
+            output = (e.stderr or e.stdout).strip()[-2000:]
+            raise PushError(
+                f"generation {generation}: {what} failed: {output}; the generation is done "
+                "here: `tengen run` again pushes it and goes on"
+            ) from None
+        return out.stdout
+
+    run("git", "add", "-A")
+    if subprocess.run(["git", "diff", "--cached", "--quiet"], cwd=repo).returncode != 0:
+        run("git", "-c", "user.name=tengen", "-c", "user.email=tengen@localhost", "commit",
+            "-qm", message or f"generation {generation}")  # fmt: skip
+        done.append(f"git: committed {message or f'generation {generation}'}")
+    pushed = run(sys.executable, "-m", "dvc", "push", "-q")
+    done.append(f"dvc push: {pushed.strip() or 'up to date'}")
+    upstream = subprocess.run(["git", "rev-parse", "--abbrev-ref", "@{upstream}"], cwd=repo,
+                              capture_output=True, text=True)  # fmt: skip
+    if upstream.returncode == 0:
+        run("git", "push", "-q")
+        done.append(f"git push to {upstream.stdout.strip()}")
+    return done
 
 
 _KEY = re.compile(r"^(\s*)([A-Za-z_]+):[^#\n]*?(\s*#.*)?$")

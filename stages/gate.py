@@ -118,6 +118,8 @@ class Tally:
 
     @property
     def decided(self) -> bool:
+        if not self.games:  # one batch at least, whatever win_fraction (0: every one passes)
+            return False
         if len(self.games) >= self.params.games:
             return True
         return self.params.early_stop and (

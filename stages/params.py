@@ -101,6 +101,7 @@ RETIRED = {
 # every one of them.
 ADDED: dict[str, Any] = {
     "selfplay.shards": 1,
+    "run.push": False,
     "cluster": {"address": None, "worker_threads": 1, "resources": {}},
 }
 
@@ -574,14 +575,15 @@ class GrowEntry(Section):
 
 
 class RunParams(Section):
-    """`run:`: how many generations dvc.yaml unrolls, the nets that grow into the run, and
-    `tengen serve`'s schedule."""
+    """`run:`: how many generations dvc.yaml unrolls, the nets that grow into the run,
+    `tengen serve`'s schedule, and whether each generation is pushed to the run's remotes."""
 
     generations: int = Field(ge=1)
     grow: list[GrowEntry]
     serve_cron: str | None
     serve_interval_minutes: Real | None = Field(gt=0)
     serve_generations: int = Field(ge=1)
+    push: bool
 
     @field_validator("serve_interval_minutes", mode="before")
     @classmethod

@@ -211,3 +211,14 @@ def test_the_gate_refuses_knobs_that_a_match_cannot_use(tmp_path, key):
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     with pytest.raises(ParamsError, match=f"gate.search.{key}: Extra inputs are not permitted"):
         gate.prepare(tmp_path / "params.yaml", 1)
+
+
+def test_a_gate_every_candidate_passes_still_plays_its_first_batch(tmp_path):
+    # win_fraction 0 is decided before any game: the first batch is played all the same, so
+    # the decision has games to show (and a win rate).
+    torch.manual_seed(0)
+    candidate = save(GoNet(net_config("b2c16")), tmp_path / "candidate.pt", {"model_id": "cand"})
+    io = gate.GateIO(1, candidate, None, tmp_path / "gate", tmp_path / "gate.json")
+    decision = gate.run(_params(win_fraction=0.0, early_stop=True), io)
+    assert decision["passed"] and decision["games"] == 3 and decision["stopped_early"]
+    assert len(list((tmp_path / "gate" / "sgf").glob("*.sgf"))) == 3
