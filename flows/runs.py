@@ -225,8 +225,8 @@ def push_generation(repo: Path, generation: int, message: str | None = None) -> 
         run("git", "-c", "user.name=tengen", "-c", "user.email=tengen@localhost", "commit",
             "-qm", message or f"generation {generation}")  # fmt: skip
         done.append(f"git: committed {message or f'generation {generation}'}")
-    pushed = run(sys.executable, "-m", "dvc", "push", "-q")
-    done.append(f"dvc push: {pushed.strip() or 'up to date'}")
+    pushed = run(sys.executable, "-m", "dvc", "push").strip().splitlines()
+    done.append(f"dvc push: {pushed[-1] if pushed else 'done'}")
     upstream = subprocess.run(["git", "rev-parse", "--abbrev-ref", "@{upstream}"], cwd=repo,
                               capture_output=True, text=True)  # fmt: skip
     if upstream.returncode == 0:

@@ -3,7 +3,8 @@ at several levels, GNU Go giving handicap stones, the random player, any GTP eng
 champions of earlier evaluations, colours alternating (in a handicap rung the champion is Black
 throughout), through GTP (`tengen gtp --model`, the `evaluate.search` knobs); one
 Bradley-Terry fit over every evaluation game of the run so far rates them all, anchored on
-`evaluate.anchor` (GNU Go level 1 = 0 by default).
+`evaluate.anchor` (GNU Go level 1 = 0 by default). The games run where params.yaml's `cluster:`
+says (stages.fanout): on a cluster each engine pair of each pairing is a shard, the same games.
 
     python -m stages.evaluate --generation N [--earlier 2,5] [--champion PATH]
         [--out reports/eval/gen-N] [--report reports/eval/gen-N.json]
@@ -363,6 +364,7 @@ def run(
         else:
             by_name = _on_cluster(champion_path, engines, configs, params, device, io, cluster,
                                   log)  # fmt: skip
+            workers = {c.worker for _, back in by_name.values() for c in back}
             for name, (command, chunks_back) in by_name.items():
                 for chunk in chunks_back:
                     for relative, data in chunk.files.items():
@@ -397,6 +399,11 @@ def run(
             "elo_stderr": round(ratings[me].stderr, 1),
             **{f"win_rate_{p['opponent']}": p["a_win_rate"] for p in pairings},
             **compute,
+            **(
+                {}
+                if cluster.address is None
+                else {"cluster": cluster.address, "workers": len(workers)}
+            ),
             "pairings": pairings,
             "ratings": {
                 name: {"elo": round(r.elo, 1), "stderr": round(r.stderr, 1)}

@@ -7,7 +7,9 @@
         [--decision reports/gate/gen-N.json]
 
 Without a champion (before the first promotion) the candidate plays generation 0's uniform
-priors. Writes the games to reports/gate/gen-N/sgf/ (atomically), then the decision to
+priors. Each batch of `slots` games is a shard that runs where params.yaml's `cluster:` says
+(stages.fanout), with the same games and decision anywhere. Writes the games to
+reports/gate/gen-N/sgf/ (atomically), then the decision to
 reports/gate/gen-N.json (games, wins, draws, win rate, passed: a metrics file for DVC).
 """
 

@@ -383,7 +383,7 @@ def test_evaluate_on_a_local_cluster_plays_the_games_of_one_process(tmp_path, ti
         sgfs = {str(p.relative_to(games)): p.read_bytes() for p in games.rglob("*.sgf")}
         reports[address] = (report, sgfs, done.stderr)
     (here, here_games, _), (there, there_games, log) = reports[None], reports["local:2"]
-    assert "4 shards on local:2" in log
+    assert "4 shards on local:2" in log and there["cluster"] == "local:2"
     assert [p["opponent"] for p in there["pairings"]] == ["random", "gen-0"]
     assert there_games == here_games and len(here_games) == 4
     for mine, theirs in zip(here["pairings"], there["pairings"], strict=True):
