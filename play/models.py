@@ -74,12 +74,22 @@ def load_evaluator(path: Path | None, *, device: str = "cpu", seed: int = 0):
     return Evaluator(net, device=device), str(model_id)
 
 
-def evaluator_from_bytes(model: bytes | None, *, device: str = "cpu", seed: int = 0):
+def evaluator_from_bytes(
+    model: bytes | None, *, source: str | Path, device: str = "cpu", seed: int = 0
+):
     """load_evaluator on a checkpoint's bytes (None: the uniform priors): what a shard on a
-    cluster's worker plays with, where the stage's files may not be seen."""
+    cluster's worker plays with, where the stage's files may not be seen. A bad checkpoint's
+    error names `source`, the file the bytes were read from."""
+    from nets.checkpoint import CheckpointError
+
     if model is None:
         return load_evaluator(None, device=device, seed=seed)
     with tempfile.TemporaryDirectory(prefix="tengen-model-") as folder:
         path = Path(folder) / CHAMPION
         path.write_bytes(model)
-        return load_evaluator(path, device=device, seed=seed)
+        try:
+            return load_evaluator(path, device=device, seed=seed)
+        except CheckpointError as e:
+            raise CheckpointError(
+                str(e).replace(str(path), str(source)), path=Path(source)
+            ) from None

@@ -151,10 +151,12 @@ def play_batch(
     batch: Batch,
     candidate: bytes,
     champion: bytes | None,
+    sources: tuple[str, str],
     threads: int | None = None,
     tally: Tally | None = None,
 ) -> BatchResult:
-    """A batch of gate games between the checkpoints' bytes (champion None: uniform priors).
+    """A batch of gate games between the checkpoints' bytes (champion None: uniform priors),
+    read from the files `sources` (named in errors).
     In the stage's process `tally` is the gate's running score: a batch after the decision
     plays nothing. `threads`: a cluster worker's torch and numba threads."""
     start = time.perf_counter()
@@ -162,8 +164,8 @@ def play_batch(
         os.environ["TENGEN_THREADS"] = str(threads)
         cli.set_threads(threads)
     device, gate = params.device, params.gate
-    a, a_id = evaluator_from_bytes(candidate, device=device)
-    b, b_id = evaluator_from_bytes(champion, device=device, seed=gate.seed)
+    a, a_id = evaluator_from_bytes(candidate, source=sources[0], device=device)
+    b, b_id = evaluator_from_bytes(champion, source=sources[1], device=device, seed=gate.seed)
     games = []
     if tally is None or not tally.decided:
         games = play_match(
@@ -206,7 +208,8 @@ def run(params: Params, io: GateIO, *, cluster: ClusterParams = IN_PROCESS, log=
     where = {"tally": Tally(gate)} if here else {"threads": cluster.worker_threads}
     calls = [
         dict(index=b.index, params=params, generation=io.generation, batch=b,
-             candidate=candidate, champion=champion, **where)
+             candidate=candidate, champion=champion,
+             sources=(str(io.candidate), str(io.champion)), **where)
         for b in batches(gate)
     ]  # fmt: skip
     results = fan_out(play_batch, calls, cluster=cluster, name=f"gate gen-{io.generation}", log=log)

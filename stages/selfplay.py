@@ -263,19 +263,20 @@ def play_shard(
     generation: int,
     shard: Shard,
     model: bytes | None,
+    source: str = "",
     threads: int | None = None,
     on_step: Callable[[SelfPlay], None] | None = None,
 ) -> ShardResult:
-    """Play one shard's games with the champion's checkpoint `model` (bytes; None: uniform
-    priors) and return its rows as Parquet bytes and its games as SGF. `threads` sets torch's
-    and numba's threads (a shard on a Dask worker: cluster.worker_threads); `on_step` follows
-    the games (this process's bar)."""
+    """Play one shard's games with the champion's checkpoint `model` (bytes read from the
+    file `source`, named in errors; None: uniform priors) and return its rows as Parquet
+    bytes and its games as SGF. `threads` sets torch's and numba's threads (a shard on a Dask
+    worker: cluster.worker_threads); `on_step` follows the games (this process's bar)."""
     start = time.perf_counter()
     if threads is not None:  # on a worker: its torch threads, and numba's (gocore.jit)
         os.environ["TENGEN_THREADS"] = str(threads)
         cli.set_threads(threads)
     device, sp_params = params.device, params.selfplay
-    net, model_id = evaluator_from_bytes(model, device=device, seed=shard.seed)
+    net, model_id = evaluator_from_bytes(model, source=source, device=device, seed=shard.seed)
     sp = SelfPlay(
         sp_params.config(), net, games=shard.games, slots=sp_params.slots, seed=shard.seed
     )
@@ -324,6 +325,7 @@ def run(
     where = {"on_step": bar} if here else {"threads": cluster.worker_threads}
     calls = [
         dict(index=s.index, params=params, generation=io.generation, shard=s, model=model,
+             source=str(io.model),
              **where)
         for s in plan
     ]  # fmt: skip
