@@ -1,6 +1,7 @@
 """Self-play's shards (stages.selfplay) and where they run (stages.fanout): in the stage's
 process or on a real Dask LocalCluster through prefect-dask, byte for byte the same files;
-a worker killed mid-shard and the generation still whole, each shard once."""
+a worker killed mid-shard and the generation still whole, each shard once; the gate's batches
+and the evaluate stage's engine pairs on a LocalCluster, the same games as one process."""
 
 from __future__ import annotations
 
