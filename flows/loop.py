@@ -333,7 +333,7 @@ def loop(
             tracker.client.set_terminated(parent, status)
     if report:  # the run is done (and its MLflow run FINISHED): its page
         report_run(Path(repo), tracker, parent, logger)
-        if pushed and count > start:
+        if pushed:
             push(str(repo), count - 1, "the run's page")
     return results
 

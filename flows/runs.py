@@ -8,6 +8,7 @@ reports/, dvc.lock, mlflow.db. The source tree is itself the default run folder 
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -88,13 +89,13 @@ def preset_params(
     return "\n".join(lines) + "\n\n" + yaml.safe_dump(merged, sort_keys=False, width=100)
 
 
-def _run(folder: Path, *cmd: str) -> None:
+def _run(folder: Path, *cmd: str, doing: str | None = None) -> None:
     try:
         subprocess.run(cmd, cwd=folder, check=True, capture_output=True, text=True)
     except (OSError, subprocess.CalledProcessError) as e:
         output = getattr(e, "stderr", "") or getattr(e, "stdout", "") or str(e)
-        message = f"making the run folder {folder}: {' '.join(cmd)} failed: {output}"
-        raise ParamsError(message) from None
+        doing = doing or f"making the run folder {folder}"
+        raise ParamsError(f"{doing}: {' '.join(cmd)} failed: {output}") from None
 
 
 def create_run(
@@ -138,9 +139,14 @@ def set_generations(params_path: Path, generations: int) -> None:
 
 
 def set_run_key(params_path: Path, name: str, value: str) -> None:
-    """Set `run.<name>` to the YAML `value` in params.yaml, keeping the file's comments: the
-    line of the key directly inside the top-level `run:` block, or a new line after
-    `generations:` where a file from before the key has none."""
+    """Set `run.<name>` to the YAML `value` in params.yaml, keeping the file's comments."""
+    write_text(_with_run_key(params_path, name, value), params_path)
+
+
+def _with_run_key(params_path: Path, name: str, value: str) -> str:
+    """params.yaml's text with `run.<name>: value`: on the line of the key directly inside
+    the top-level `run:` block, or a new line after `generations:` where a file from before
+    the key has none."""
     lines = params_path.read_text().splitlines(keepends=True)
     inside, indent, after = False, None, None
     for i, text in enumerate(lines):
@@ -157,15 +163,16 @@ def set_run_key(params_path: Path, name: str, value: str) -> None:
         key = _KEY.match(text)
         if width == indent and key and key.group(2) == name:
             lines[i] = f"{key.group(1)}{name}: {value}{key.group(3) or ''}\n"
-            break
+            return "".join(lines)
         if width == indent and key and key.group(2) == "generations":
             after = (i, key.group(1))
-    else:
-        if after is None:
-            raise ParamsError(f"{params_path}: no `run:` section with a `generations:` key")
-        i, lead = after
-        lines.insert(i + 1, f"{lead}{name}: {value}\n")
-    write_text("".join(lines), params_path)
+    if after is None:
+        raise ParamsError(f"{params_path}: no `run:` section with a `generations:` key")
+    i, lead = after
+    if not lines[i].endswith("\n"):  # the file's last line
+        lines[i] += "\n"
+    lines.insert(i + 1, f"{lead}{name}: {value}\n")
+    return "".join(lines)
 
 
 def add_remote(folder: Path, url: str, name: str = "storage") -> str:
@@ -177,10 +184,19 @@ def add_remote(folder: Path, url: str, name: str = "storage") -> str:
     if (folder / "gocore").is_dir():
         raise ParamsError(f"{folder}: the source tree is no run folder to push; make one with "
                           "`tengen run --preset NAME`")  # fmt: skip
+    if not url.strip():
+        raise ParamsError("tengen remote add: the remote's URL is empty")
     if "://" not in url:
-        url = str(Path(url).expanduser().resolve())
-    _run(folder, sys.executable, "-m", "dvc", "remote", "add", "--default", "--force", name, url)
-    set_run_key(folder / "params.yaml", "push", "true")
+        path = Path(url).expanduser().resolve()
+        if path == folder.resolve() or folder.resolve() in path.parents:
+            raise ParamsError(f"remote {url}: inside the run folder {folder}, whose git would "
+                              "take it in; put the remote outside it")  # fmt: skip
+        url = str(path)
+    params = folder / "params.yaml"
+    text = _with_run_key(params, "push", "true")  # checked before anything changes
+    _run(folder, sys.executable, "-m", "dvc", "remote", "add", "--default", "--force", name, url,
+         doing=f"adding the DVC remote {url} to {folder}")  # fmt: skip
+    write_text(text, params)
     return url
 
 
@@ -201,34 +217,50 @@ class PushError(RuntimeError):
     """A push that failed: the generation is done here, and the next run pushes it again."""
 
 
+# What a push commits: the files DVC leaves to git (its outputs with `cache: false`, the
+# metrics, are all under reports/; the .gitignore files DVC writes for its cached outputs), and
+# nothing else a run folder may hold.
+COMMITTED = ("params.yaml", "dvc.yaml", "dvc.lock", ".dvc", ".dvcignore", ".gitignore", "reports")
+PUSH_TIMEOUT = 6 * 3600  # seconds for one command of a push: a big generation on a slow link
+
+
 def push_generation(repo: Path, generation: int, message: str | None = None) -> list[str]:
     """Generation `generation` off the machine: a git commit (`message`, default "generation
-    N") of what DVC does not cache (dvc.lock, params.yaml, dvc.yaml, the metrics, the run's
-    page), `dvc push` to the default remote, and `git push` where the branch has an upstream.
-    Returns what was done, line by line."""
+    N") of what DVC does not cache (COMMITTED: dvc.lock, params.yaml, dvc.yaml, the metrics,
+    the run's page), `dvc push` to the default remote, and `git push` where the branch has an
+    upstream. Nothing prompts (a remote that asks for credentials fails instead of waiting on
+    a terminal nobody watches). Returns what was done, line by line."""
     done = []
+    env = dict(os.environ, GIT_TERMINAL_PROMPT="0")
+    env.setdefault("GIT_SSH_COMMAND", "ssh -o BatchMode=yes")
 
-    def run(*cmd: str) -> str:
+    def run(*cmd: str, check: bool = True) -> subprocess.CompletedProcess:
+        what = " ".join(cmd).replace(f"{sys.executable} -m ", "")
         try:
-            out = subprocess.run(cmd, cwd=repo, check=True, capture_output=True, text=True)
-        except subprocess.CalledProcessError as e:
-            what = " ".join(cmd).replace(f"{sys.executable} -m ", "")
-            output = (e.stderr or e.stdout).strip()[-2000:]
+            out = subprocess.run(cmd, cwd=repo, capture_output=True, text=True, env=env,
+                                 timeout=PUSH_TIMEOUT, stdin=subprocess.DEVNULL)  # fmt: skip
+        except subprocess.TimeoutExpired:
+            out = subprocess.CompletedProcess(cmd, 1, "", f"no answer in {PUSH_TIMEOUT} s")
+        if check and out.returncode != 0:
+            output = (out.stderr or out.stdout).strip()[-2000:]
             raise PushError(
                 f"generation {generation}: {what} failed: {output}; the generation is done "
                 "here: `tengen run` again pushes it and goes on"
-            ) from None
-        return out.stdout
+            )
+        return out
 
-    run("git", "add", "-A")
-    if subprocess.run(["git", "diff", "--cached", "--quiet"], cwd=repo).returncode != 0:
-        run("git", "-c", "user.name=tengen", "-c", "user.email=tengen@localhost", "commit",
-            "-qm", message or f"generation {generation}")  # fmt: skip
-        done.append(f"git: committed {message or f'generation {generation}'}")
-    pushed = run(sys.executable, "-m", "dvc", "push").strip().splitlines()
+    paths = [p for p in COMMITTED if (repo / p).exists()]
+    if (repo / ".gitignore").exists():
+        paths.append(":(glob)**/.gitignore")
+    run("git", "add", "-A", "--", *paths)
+    if run("git", "diff", "--cached", "--quiet", check=False).returncode != 0:
+        message = message or f"generation {generation}"
+        run("git", "-c", "user.name=tengen", "-c", "user.email=tengen@localhost",
+            "-c", "commit.gpgsign=false", "commit", "-qm", message)  # fmt: skip
+        done.append(f"git: committed {message}")
+    pushed = run(sys.executable, "-m", "dvc", "push").stdout.strip().splitlines()
     done.append(f"dvc push: {pushed[-1] if pushed else 'done'}")
-    upstream = subprocess.run(["git", "rev-parse", "--abbrev-ref", "@{upstream}"], cwd=repo,
-                              capture_output=True, text=True)  # fmt: skip
+    upstream = run("git", "rev-parse", "--abbrev-ref", "@{upstream}", check=False)
     if upstream.returncode == 0:
         run("git", "push", "-q")
         done.append(f"git push to {upstream.stdout.strip()}")

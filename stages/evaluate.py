@@ -214,9 +214,12 @@ def play_chunk(
         def here(command: str) -> str:
             return engine_command(command.replace(FILES, folder))
 
-        config = dataclasses.replace(config, referee=config.referee and here(config.referee))
-        out = Path(folder) / "out"
-        results = play_games(name, here(a), here(b), config, out, numbers)
+        try:
+            config = dataclasses.replace(config, referee=config.referee and here(config.referee))
+            out = Path(folder) / "out"
+            results = play_games(name, here(a), here(b), config, out, numbers)
+        except InputError as e:
+            raise InputError(f"{e} (on the worker {socket.gethostname()})") from None
         back = {
             str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()
         }
@@ -366,9 +369,14 @@ def run(
                                   log)  # fmt: skip
             workers = {c.worker for _, back in by_name.values() for c in back}
             for name, (command, chunks_back) in by_name.items():
+                # Each engine pair's logs (logs/A.stderr.log, ...) follow one another, as in
+                # one process, where the pairs append to the same files.
+                files: dict[str, bytes] = {}
                 for chunk in chunks_back:
                     for relative, data in chunk.files.items():
-                        write_bytes(data, tmp / name / relative)
+                        files[relative] = files.get(relative, b"") + data
+                for relative, data in files.items():
+                    write_bytes(data, tmp / name / relative)
                 results = sorted((r for c in chunks_back for r in c.results),
                                  key=lambda r: r.number)  # fmt: skip
                 record(name, command, results)

@@ -167,7 +167,7 @@ def play_batch(
     a, a_id = evaluator_from_bytes(candidate, source=sources[0], device=device)
     b, b_id = evaluator_from_bytes(champion, source=sources[1], device=device, seed=gate.seed)
     games = []
-    if tally is None or not tally.decided:
+    if tally is None or not tally.decided:  # the ids above, even for a batch not played
         games = play_match(
             a, b, (np.arange(batch.first, batch.first + batch.count) % 2) == 0,
             size=gate.board_size, rules=PRESETS[gate.rules].with_komi(gate.komi),
@@ -202,6 +202,8 @@ def run(params: Params, io: GateIO, *, cluster: ClusterParams = IN_PROCESS, log=
         }  # fmt: skip
         write_json(decision, io.decision)
         return decision
+    if gate.games == 0:
+        raise InputError("gate.games is 0: no gate to play (dvc.yaml has no gate stage then)")
     here = cluster.address is None
     candidate = io.candidate.read_bytes()
     champion = io.champion.read_bytes() if io.champion is not None else None

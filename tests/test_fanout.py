@@ -278,10 +278,11 @@ def test_a_worker_killed_mid_shard_and_every_shard_still_once(tmp_path, tiny_mod
 
 
 def gate_params(folder: Path, address: str | None, **gate) -> Path:
-    """params.yaml with the gate shrunk to a few 5x5 games in batches of 2 (one shard each)."""
+    """params.yaml with the gate shrunk to 5 games on 5x5 in batches of 2, 2 and 1 (one shard
+    each)."""
     params = small_params()
     params["gate"].update(
-        games=6, slots=2, visits=4, leaves_per_game=2, board_size=5, komi=0.5, **gate
+        games=5, slots=2, visits=4, leaves_per_game=2, board_size=5, komi=0.5, **gate
     )
     params["cluster"]["address"] = address
     folder.mkdir(parents=True, exist_ok=True)
@@ -323,10 +324,12 @@ def test_the_gate_on_a_local_cluster_keeps_the_games_and_decision_of_one_process
         (here, here_files), (there, there_files) = runs[None], runs["local:2"]
         assert there_files == here_files and len(here_files) == here["games"]
         assert there.pop("cluster") == "local:2" and there.pop("workers") == 2
-        assert there.pop("games_played") == 6  # every batch played there
+        assert there.pop("games_played") == 5  # every batch played there
         assert there == here
-        if early_stop:  # 6 wins of 6 needed: decided in the first batch with a game not won
-            assert here["stopped_early"] and here["games"] < 6
+        if early_stop:  # 5 wins of 5 needed: decided in the first batch with a game not won
+            assert here["stopped_early"] and here["games"] < 5
+        else:
+            assert here["games"] == 5
 
 
 # -- the evaluate stage's games ----------------------------------------------------------
@@ -334,8 +337,8 @@ def test_the_gate_on_a_local_cluster_keeps_the_games_and_decision_of_one_process
 
 @pytest.mark.slow
 def test_evaluate_on_a_local_cluster_plays_the_games_of_one_process(tmp_path, tiny_model):
-    """Generation 1's evaluation against the random player and generation 0's champion (whose
-    checkpoint, like the champion's and params.yaml, goes to the workers as bytes): each
+    """Generation 1's evaluation against the random player and generation 0's champion (the
+    uniform priors; the champion's checkpoint and params.yaml go to the workers as bytes): each
     pairing's 2 engine pairs as shards on 2 workers play the games one process plays."""
     import shutil
 
@@ -349,8 +352,11 @@ def test_evaluate_on_a_local_cluster_plays_the_games_of_one_process(tmp_path, ti
     for k in (0, 1):
         folder = base / "models" / f"gen-{k}" / "champion"
         folder.mkdir(parents=True)
-        torch.manual_seed(k)
-        save(GoNet(net_config("b2c16")), folder / "champion.pt", {"model_id": f"champ-{k}"})
+        if k == 0:  # promoted nothing: the uniform priors (no checkpoint to send)
+            (folder / "promotion.json").write_text('{"promoted": false}')
+        else:
+            torch.manual_seed(k)
+            save(GoNet(net_config("b2c16")), folder / "champion.pt", {"model_id": f"champ-{k}"})
         (base / "reports" / "selfplay").mkdir(parents=True, exist_ok=True)
         (base / "reports" / "selfplay" / f"gen-{k}.json").write_text('{"evaluations": 100}')
     params = small_params()
@@ -388,7 +394,7 @@ def test_evaluate_on_a_local_cluster_plays_the_games_of_one_process(tmp_path, ti
     assert [p["opponent"] for p in there["pairings"]] == ["random", "gen-0"]
     assert there_games == here_games and len(here_games) == 4
     for mine, theirs in zip(here["pairings"], there["pairings"], strict=True):
-        assert "{files}/gen-0.pt" in theirs.pop("command") or theirs["opponent"] == "random"
+        assert "--model uniform" in theirs.pop("command") or theirs["opponent"] == "random"
         mine.pop("command")
         assert mine == theirs
     assert here["ratings"] == there["ratings"]

@@ -222,3 +222,12 @@ def test_a_gate_every_candidate_passes_still_plays_its_first_batch(tmp_path):
     decision = gate.run(_params(win_fraction=0.0, early_stop=True), io)
     assert decision["passed"] and decision["games"] == 3 and decision["stopped_early"]
     assert len(list((tmp_path / "gate" / "sgf").glob("*.sgf"))) == 3
+
+
+def test_a_gate_of_no_games_is_refused_naming_the_key(tmp_path):
+    torch.manual_seed(0)
+    candidate = save(GoNet(net_config("b2c16")), tmp_path / "candidate.pt", {"model_id": "cand"})
+    io = gate.GateIO(1, candidate, None, tmp_path / "gate", tmp_path / "gate.json")
+    with pytest.raises(gate.InputError, match="gate.games is 0"):
+        gate.run(_params(games=0), io)
+    assert not (tmp_path / "gate").exists() and not (tmp_path / "gate.json").exists()

@@ -79,6 +79,11 @@ def test_a_run_pushed_each_generation_is_whole_in_a_fresh_clone_and_on_the_serve
     params["selfplay"]["shards"] = 2
     params["cluster"]["address"] = "local:2"
     (repo / "params.yaml").write_text(yaml.safe_dump(params))
+    # Its git pushes to an upstream (a bare repository: the head's, or a forge's).
+    upstream = tmp_path / "upstream.git"
+    run_in(tmp_path, "git", "init", "-q", "--bare", str(upstream))
+    run_in(repo, "git", "remote", "add", "origin", str(upstream))
+    run_in(repo, "git", "push", "-q", "-u", "origin", "HEAD")
     remote = tmp_path / "remote"
     added = tengen("remote", "add", str(remote), "--repo", str(repo))
     assert added.returncode == 0, added.stderr
@@ -100,9 +105,10 @@ def test_a_run_pushed_each_generation_is_whole_in_a_fresh_clone_and_on_the_serve
         metrics = json.loads((repo / f"reports/selfplay/gen-{n}.json").read_text())
         assert metrics["cluster"] == "local:2" and metrics["shards"] == 2
 
-    # Another machine: git clone and dvc pull; then DVC has nothing to redo.
+    assert "git push to origin/" in done.stderr
+    # Another machine: git clone (from the upstream) and dvc pull; DVC has nothing to redo.
     clone = tmp_path / "clone"
-    run_in(tmp_path, "git", "clone", "-q", str(repo), str(clone))
+    run_in(tmp_path, "git", "clone", "-q", str(upstream), str(clone))
     run_in(clone, "dvc", "pull", "-q")
     for path in ("models/gen-1/champion/champion.pt", "data/selfplay/gen-1/part-0.parquet",
                  "reports/train/gen-1.json", "dvc.lock"):  # fmt: skip
@@ -110,6 +116,11 @@ def test_a_run_pushed_each_generation_is_whole_in_a_fresh_clone_and_on_the_serve
     assert "up to date" in run_in(clone, "dvc", "status")
     repro = run_in(clone, "dvc", "repro")
     assert "Running stage" not in repro, repro[-3000:]
+    # The same run again: nothing to run, nothing new to commit, the pushes still fine.
+    again = tengen("run", "--repo", str(repo), env=env)
+    assert again.returncode == 0, again.stderr[-4000:]
+    assert run_in(repo, "git", "log", "--format=%s").split("\n")[:3] == log[:3]
+    assert "Everything is up to date." in again.stderr
 
     # The tracking server has the loop, every stage run and the champion's model.
     from mlflow import MlflowClient
@@ -142,6 +153,15 @@ def test_remote_add_and_run_push_refuse_what_cannot_work(tmp_path):
     run_in(folder, "dvc", "init", "-q")
     with pytest.raises(ParamsError, match="no default DVC remote; add one with `tengen remote add"):
         check_push(folder)
+    (folder / "params.yaml").write_text("run:\n  generations: 2\n  grow: []\n")
+    with pytest.raises(ParamsError, match="inside the run folder"):
+        add_remote(folder, str(folder / "cache"))
+    with pytest.raises(ParamsError, match="URL is empty"):
+        add_remote(folder, " ")
+    (folder / "params.yaml").write_text("selfplay:\n  games: 2\n")
+    with pytest.raises(ParamsError, match="no `run:` section"):
+        add_remote(folder, str(tmp_path / "remote"))
+    assert run_in(folder, "dvc", "remote", "list").strip() == ""  # nothing added
     # The command line: exit status 2 and the reason.
     bad = tengen("remote", "add", str(tmp_path / "remote"), "--repo", str(tmp_path))
     assert bad.returncode == 2 and "not a run folder" in bad.stderr
@@ -161,3 +181,6 @@ def test_run_push_is_set_keeping_comments_and_added_to_older_files(tmp_path):
     assert path.read_text() == (
         "run:\n  generations: 3  # how many\n  push: true\n  grow: []\nselfplay:\n  games: 4\n"
     )
+    path.write_text("selfplay:\n  games: 4\nrun:\n  generations: 3")  # no newline at the end
+    set_run_key(path, "push", "true")
+    assert yaml.safe_load(path.read_text())["run"] == {"generations": 3, "push": True}
