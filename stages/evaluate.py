@@ -23,7 +23,6 @@ import concurrent.futures
 import dataclasses
 import functools
 import json
-import os
 import shlex
 import shutil
 import socket
@@ -46,7 +45,7 @@ from play.models import UNIFORM
 from play.ratings import Pairing, RatingError, UnboundedRating, fit
 from stages import cli, layout
 from stages.cli import InputError
-from stages.fanout import IN_PROCESS, cluster_params, fan_out
+from stages.fanout import IN_PROCESS, cluster_params, fan_out, worker_name
 from stages.params import ClusterParams, Device, EvaluateParams, Rung, Section, read
 from stages.spec import DvcStage, Plan, sections
 
@@ -223,7 +222,7 @@ def play_chunk(
         back = {
             str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()
         }
-    return ChunkResult(index, name, results, back, f"{socket.gethostname()}:{os.getpid()}")
+    return ChunkResult(index, name, results, back, worker_name())
 
 
 def pairing_summary(a: str, b: str, results: list[GameResult]) -> dict:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import socket
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -49,6 +50,22 @@ def worker_environment(threads: int) -> dict[str, str]:
         "OMP_NUM_THREADS": str(threads),
         "MKL_NUM_THREADS": str(threads),
     }
+
+
+def on_worker(threads: int | None) -> None:
+    """A shard's first step on a cluster's worker (`threads`: cluster.worker_threads; None in
+    the stage's own process, whose threads are set): torch's threads, and numba's batched
+    drivers' (TENGEN_THREADS, read by gocore.jit)."""
+    if threads is not None:
+        from stages.cli import set_threads
+
+        os.environ["TENGEN_THREADS"] = str(threads)
+        set_threads(threads)
+
+
+def worker_name() -> str:
+    """Where a shard ran: host and process."""
+    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 def fan_out(

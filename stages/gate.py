@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
-import socket
 import sys
 import time
 from pathlib import Path
@@ -36,7 +34,7 @@ from play.sgf import GameRecord, save_sgf
 from stages import cli, layout
 from stages.champions import previous_champion
 from stages.cli import InputError
-from stages.fanout import IN_PROCESS, cluster_params, fan_out
+from stages.fanout import IN_PROCESS, cluster_params, fan_out, on_worker, worker_name
 from stages.params import ClusterParams, Device, GateParams, Section, read
 from stages.spec import DvcStage, Plan, sections
 from stages.tracking import model_digest
@@ -160,9 +158,7 @@ def play_batch(
     In the stage's process `tally` is the gate's running score: a batch after the decision
     plays nothing. `threads`: a cluster worker's torch and numba threads."""
     start = time.perf_counter()
-    if threads is not None:
-        os.environ["TENGEN_THREADS"] = str(threads)
-        cli.set_threads(threads)
+    on_worker(threads)
     device, gate = params.device, params.gate
     a, a_id = evaluator_from_bytes(candidate, source=sources[0], device=device)
     b, b_id = evaluator_from_bytes(champion, source=sources[1], device=device, seed=gate.seed)
@@ -180,7 +176,7 @@ def play_batch(
             tally.add(games)
     return BatchResult(
         index, games, a_id, b_id, time.perf_counter() - start,
-        f"{socket.gethostname()}:{os.getpid()}",
+        worker_name(),
     )  # fmt: skip
 
 

@@ -17,8 +17,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import os
-import socket
 import sys
 import time
 from collections.abc import Callable
@@ -39,7 +37,7 @@ from play.models import UNIFORM, evaluator_from_bytes
 from play.sgf import GameRecord, write_sgf
 from stages import cli, layout, tracking
 from stages.champions import previous_champion
-from stages.fanout import IN_PROCESS, cluster_params, fan_out
+from stages.fanout import IN_PROCESS, cluster_params, fan_out, on_worker, worker_name
 from stages.params import (
     ClusterParams,
     Device,
@@ -272,9 +270,7 @@ def play_shard(
     bytes and its games as SGF. `threads` sets torch's and numba's threads (a shard on a Dask
     worker: cluster.worker_threads); `on_step` follows the games (this process's bar)."""
     start = time.perf_counter()
-    if threads is not None:  # on a worker: its torch threads, and numba's (gocore.jit)
-        os.environ["TENGEN_THREADS"] = str(threads)
-        cli.set_threads(threads)
+    on_worker(threads)
     device, sp_params = params.device, params.selfplay
     net, model_id = evaluator_from_bytes(model, source=source, device=device, seed=shard.seed)
     sp = SelfPlay(
@@ -304,7 +300,7 @@ def play_shard(
         index=index, parquet=files, sgf=sgf, stats=stats, moves=sp.moves_done,
         visits=sp.visits_done, evaluations=sp.evaluations,
         seconds=time.perf_counter() - start, model_id=model_id,
-        worker=f"{socket.gethostname()}:{os.getpid()}",
+        worker=worker_name(),
     )  # fmt: skip
 
 
