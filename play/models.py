@@ -13,6 +13,8 @@ import hashlib
 import tempfile
 from pathlib import Path
 
+from play.mlflow_store import tracking_uri_for
+
 CHAMPION = "champion.pt"
 
 
@@ -42,11 +44,14 @@ def _from_mlflow(uri: str, tracking_uri: str | None) -> Path:
     import mlflow
     from mlflow.exceptions import MlflowException
 
-    if tracking_uri:
-        mlflow.set_tracking_uri(tracking_uri)
+    # MLflow resolves a models:/ URI in the global registry whatever store the call is
+    # given, so the store is set for the call and put back (tracking_uri_for).
     target = Path(tempfile.mkdtemp(prefix="tengen-model-"))
     try:
-        local = Path(mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=str(target)))
+        with tracking_uri_for(tracking_uri):
+            local = Path(
+                mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=str(target))
+            )
     except MlflowException as e:
         where = tracking_uri or mlflow.get_tracking_uri()
         raise ModelError(f"--model {uri}: not found in the MLflow store {where}: "

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from gocore.atomic import sha256_file
+from play.mlflow_store import tracking_uri_for
 from stages.layout import MANIFEST
 from stages.params import MlflowParams, ParamsError, load_params, section
 
@@ -335,27 +336,6 @@ class StageRun:
 
 
 @contextlib.contextmanager
-def _fluent_uri(uri: str) -> Iterator[None]:
-    """MLflow's fluent API on `uri` for the block. mlflow.set_tracking_uri also exports
-    MLFLOW_TRACKING_URI to child processes, so both are put back afterwards: a later
-    stage or loop in this process must not log to this workspace's store."""
-    import mlflow
-
-    before_env = os.environ.get("MLFLOW_TRACKING_URI")
-    before = mlflow.get_tracking_uri() if before_env else None
-    mlflow.set_tracking_uri(uri)
-    try:
-        yield
-    finally:
-        if before_env is not None:
-            mlflow.set_tracking_uri(before)
-            os.environ["MLFLOW_TRACKING_URI"] = before_env
-        else:
-            mlflow.set_tracking_uri(None)  # back to MLflow's default, and unexported
-            os.environ.pop("MLFLOW_TRACKING_URI", None)
-
-
-@contextlib.contextmanager
 def stage_run(
     params_path: str | Path,
     stage: str,
@@ -392,7 +372,7 @@ def stage_run(
     if os.environ.get("DVC_EXP_NAME"):
         tags["tengen.dvc_exp"] = os.environ["DVC_EXP_NAME"]
     with (
-        _fluent_uri(tracker.uri),
+        tracking_uri_for(tracker.uri),
         mlflow.start_run(
             experiment_id=tracker.experiment_id,
             run_name=f"{stage}-{net}-{generation}" if net else f"{stage}-{generation}",

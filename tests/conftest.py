@@ -239,6 +239,29 @@ def tiny_model(tmp_path_factory) -> Path:
     return checkpoint.save(net, tmp_path_factory.mktemp("model") / "b2c16.pt", {"model_id": "tiny"})
 
 
+# What redirects a later MLflow call in this process or its children to another store or run.
+MLFLOW_WHERE = ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI", "MLFLOW_EXPERIMENT_NAME",
+                "MLFLOW_EXPERIMENT_ID", "MLFLOW_RUN_ID")  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def _mlflow_store_is_left_alone():
+    """A test (or the code it runs in-process) that leaves the MLflow store or run in the
+    environment changed fails, and the variables are put back: mlflow.set_tracking_uri
+    exports MLFLOW_TRACKING_URI, and every later test's stages would then log to a store
+    that is gone (CI once failed six unrelated tests that way)."""
+    before = {k: os.environ.get(k) for k in MLFLOW_WHERE}
+    yield
+    changed = [k for k in MLFLOW_WHERE if os.environ.get(k) != before[k]]
+    for key in changed:
+        if before[key] is None:
+            del os.environ[key]
+        else:
+            os.environ[key] = before[key]
+    if changed:
+        pytest.fail(f"the test left the environment changed: {', '.join(changed)}")
+
+
 @pytest.fixture(scope="session")
 def prefect_api():
     """Prefect's local API on a temporary database, for the whole session (it takes a few

@@ -23,6 +23,7 @@ from flows.loop import (
     loop,
     wait_for_lock_holders,
 )
+from play.mlflow_store import tracking_uri_for
 from tests.conftest import make_run_repo, run_in
 
 
@@ -141,11 +142,8 @@ def check_mlflow(repo, ran: set[str]) -> None:
     assert nested["train-b4c32-1"].data.tags["tengen.net"] == "b4c32"
     # The registered model is the checkpoint itself: it loads with weights_only, as the
     # README shows, and there is no pickled model to load.
-    mlflow.set_tracking_uri(f"sqlite:///{repo}/mlflow.db")
-    try:
+    with tracking_uri_for(f"sqlite:///{repo}/mlflow.db"):
         folder = Path(mlflow.artifacts.download_artifacts("models:/tengen@champion"))
-    finally:
-        mlflow.set_tracking_uri(None)
     assert sorted(p.name for p in folder.iterdir()) == ["candidate.pt"]
     net, _ = load(folder / "candidate.pt")
     saved, _ = load(repo / "models/gen-1/champion/champion.pt")

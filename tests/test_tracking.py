@@ -154,3 +154,33 @@ def test_an_experiment_made_before_the_kind_tag_gets_it(workspace):
     assert tracking.open_tracker(raw, "params.yaml").experiment_id == old
     tags = client.get_experiment(old).tags
     assert tags["mlflow.experimentKind"] == "custom_model_development"
+
+
+def test_a_model_fetched_from_a_named_store_leaves_the_process_s_store_alone(
+    tmp_path, monkeypatch, tiny_model
+):
+    """`tengen gtp --model models:/...` and the tests fetch from a store given by URI; the
+    process's own tracking URI (which every later stage in it logs to) must not move."""
+    import mlflow
+    from mlflow import MlflowClient
+
+    from play.models import ModelError, resolve
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    uri = f"sqlite:///{tmp_path}/store.db"
+    client = MlflowClient(uri, registry_uri=uri)
+    experiment = client.create_experiment("e", artifact_location=(tmp_path / "art").as_uri())
+    run = client.create_run(experiment)
+    client.log_artifact(run.info.run_id, str(tiny_model), "champion")
+    client.create_registered_model("tengen")
+    version = client.create_model_version("tengen", f"runs:/{run.info.run_id}/champion",
+                                          run.info.run_id)  # fmt: skip
+    client.set_registered_model_alias("tengen", "champion", version.version)
+    default = mlflow.get_tracking_uri()
+
+    fetched = resolve("models:/tengen@champion", tracking_uri=uri)
+    assert fetched.read_bytes() == tiny_model.read_bytes()
+    assert "MLFLOW_TRACKING_URI" not in os.environ and mlflow.get_tracking_uri() == default
+    with pytest.raises(ModelError, match=f"not found in the MLflow store {uri}"):
+        resolve("models:/tengen@candidate", tracking_uri=uri)
+    assert "MLFLOW_TRACKING_URI" not in os.environ
