@@ -126,7 +126,19 @@ def prefect_api(log: Callable[[str], None]) -> Iterator[str | None]:
             os.environ.pop("PREFECT_API_URL", None)
         else:
             os.environ["PREFECT_API_URL"] = previous
+        _drain_prefect()
         server.stop()
+
+
+def _drain_prefect(timeout: float = 30.0) -> None:
+    """Send this process's queued Prefect logs and events while the temporary API still
+    answers. Left to Prefect's exit hook, they would be sent to the stopped server and
+    retried for over a minute after the stage's work was done."""
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+
+    for service in (APILogWorker, EventsWorker):
+        service.drain_all(timeout=timeout)
 
 
 def task_runner(cluster: ClusterParams, api_url: str | None):

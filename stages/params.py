@@ -195,6 +195,8 @@ def _number_text(value):
 Real = Annotated[float, BeforeValidator(_number_text)]
 RulesName = Annotated[str, AfterValidator(_rules_preset)]
 NetName = Annotated[str, AfterValidator(_net)]
+# numpy's SeedSequence (every seed with the generation, shard or game) takes no negatives.
+Seed = Annotated[int, Field(ge=0)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -268,7 +270,7 @@ class SelfPlayParams(Section):
     games: int = Field(ge=1)
     slots: int = Field(ge=1)
     leaves_per_game: int = Field(ge=1, le=64)
-    seed: int
+    seed: Seed
     rows_per_shard: int = Field(ge=1)
     shards: int = Field(ge=1)  # the games split into this many, each its own seed (fanout)
     threads: int = Field(ge=1)  # torch CPU threads
@@ -365,7 +367,7 @@ class ShuffleParams(Section):
     window_alpha: Real = Field(gt=0, le=1)
     window_beta: Real = Field(gt=0)
     rows_per_file: int = Field(ge=1)
-    seed: int
+    seed: Seed
 
 
 class TrainParams(Section):
@@ -380,7 +382,7 @@ class TrainParams(Section):
     warmup_factor: Real = Field(gt=0, le=1)
     momentum: Real = Field(ge=0, lt=1)
     snapshots: int = Field(ge=1)
-    seed: int
+    seed: Seed
     threads: int = Field(ge=1)  # torch CPU threads of the train and ema stages
     global_pooling: bool  # false: no global pooling in the trunk (the paper's ablation)
     go_features: bool  # false: the net sees no liberties, ladders or pass-alive areas
@@ -420,7 +422,7 @@ class EmaParams(Section):
     bn_batches: int = Field(ge=0)
     bn_batch_size: int = Field(ge=1)
     threads: int = Field(ge=1)  # torch CPU threads
-    seed: int
+    seed: Seed
 
 
 class GateParams(Section):
@@ -439,7 +441,7 @@ class GateParams(Section):
     temperature_end: Real = Field(gt=0)
     search: MatchSearchSection
     threads: int = Field(ge=1)  # torch CPU threads
-    seed: int
+    seed: Seed
 
 
 class Rung(Section):

@@ -136,3 +136,22 @@ def test_a_run_folder_with_the_retired_every_is_told_what_to_do(tmp_path):
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     with pytest.raises(ParamsError, match=r"ema\.every: no longer a setting: delete it.*0\.9306"):
         read(tmp_path / "params.yaml", ema.Params)
+
+
+@pytest.mark.parametrize("stage", ["selfplay", "shuffle", "train", "ema", "gate"])
+def test_a_negative_seed_is_refused_naming_its_key(tmp_path, stage):
+    """Every seed goes into numpy's SeedSequence with the generation, which takes no
+    negatives: -1 is refused when params.yaml is read, not as a traceback mid-stage (a
+    hypothesis example found ema.seed: -1 failing so)."""
+    import importlib
+
+    import yaml
+
+    from stages.params import ParamsError, read
+    from tests.conftest import REPO
+
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    params[stage]["seed"] = -1
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    with pytest.raises(ParamsError, match=rf"{stage}\.seed: .*greater than or equal to 0"):
+        read(tmp_path / "params.yaml", importlib.import_module(f"stages.{stage}").Params)
