@@ -199,10 +199,12 @@ def _on_dask(work, calls: list[dict], *, cluster: ClusterParams, name: str, log)
 
     if not cluster.address.startswith(LOCAL):
         _answers(cluster.address)
-    # Dask's own INFO lines (scheduler, nannies, workers) would fill the stage's log.
-    logging.getLogger("distributed").setLevel(logging.WARNING)
     with prefect_api(log) as api_url:
         runner = task_runner(cluster, api_url)
+        # Dask's own INFO lines (scheduler, nannies, workers) would fill the stage's log. Set
+        # after task_runner, whose import of distributed sets its loggers' levels from Dask's
+        # config.
+        logging.getLogger("distributed").setLevel(logging.WARNING)
         start = time.perf_counter()
         results = flow(
             shards, name="tengen-shards", flow_run_name=name, task_runner=runner,
