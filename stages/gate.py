@@ -240,6 +240,7 @@ def run(params: Params, io: GateIO, *, cluster: ClusterParams = IN_PROCESS, log=
         if not here:
             decision.update(
                 cluster=cluster.address, workers=len({r.worker for r in results}),
+                shard_workers=[r.worker for r in results],
                 games_played=sum(len(r.games) for r in results),
             )  # fmt: skip
     write_json(decision, io.decision)

@@ -350,6 +350,7 @@ def run(
         if not here:
             metrics.update(
                 cluster=cluster.address, workers=len({r.worker for r in results}),
+                shard_workers=[r.worker for r in results],
                 shard_seconds=round(sum(r.seconds for r in results), 2),
             )  # fmt: skip
     write_json(metrics, io.metrics)

@@ -197,6 +197,67 @@ def test_local_cluster_gives_the_same_files_as_one_process(tmp_path, tiny_model)
         assert len(set(metrics["shard_seeds"])) == 3
 
 
+@pytest.mark.slow
+def test_a_standing_cluster_runs_the_shards_on_the_worker_with_the_resource_they_ask(
+    tmp_path, tiny_model, prefect_api
+):
+    """The README's several-machine recipe on one machine: `dask scheduler`, a `dask worker`
+    and a second started with `--resources GPU=1`, every process on one Prefect API; with
+    cluster.address tcp://... and cluster.resources {GPU: 1} every shard runs on the second
+    worker (dask.annotate through prefect-dask), and the files are one process's."""
+    from distributed import Client
+    from prefect.settings import PREFECT_API_URL
+
+    from stages.fanout import worker_environment
+    from tests.test_remote import free_port
+
+    shape = dict(games=6, shards=3, rows_per_shard=40)
+    here = in_process(tmp_path, "here", 1, tiny_model, **shape)
+    env = dict(environment(tmp_path), PREFECT_API_URL=PREFECT_API_URL.value())
+    env.update(worker_environment(1))
+    dask_cli = str(Path(sys.executable).parent / "dask")
+    address = f"tcp://127.0.0.1:{free_port()}"
+    worker = [dask_cli, "worker", address, "--nthreads", "1", "--no-nanny", "--no-dashboard"]
+    logs = tmp_path / "dask"
+    logs.mkdir()
+    processes = []
+
+    def start(name: str, *cmd: str) -> subprocess.Popen:
+        with (logs / f"{name}.log").open("w") as out:
+            processes.append(subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env))
+        return processes[-1]
+
+    try:
+        start("scheduler", dask_cli, "scheduler", "--host", "127.0.0.1",
+              "--port", address.rsplit(":", 1)[1], "--no-dashboard")  # fmt: skip
+        start("plain", *worker, "--name", "plain")
+        gpu = start("gpu", *worker, "--name", "gpu", "--resources", "GPU=1")
+        with Client(address, timeout="60s", set_as_default=False) as client:
+            client.wait_for_workers(2, timeout=120)
+        folder = tmp_path / "cluster"
+        folder.mkdir()
+        path = params_file(folder, cluster={"address": address, "resources": {"GPU": 1}},
+                           **shape)  # fmt: skip
+        out = folder / "gen-1"
+        done = subprocess.run(stage_command(path, out, 1, tiny_model), capture_output=True,
+                              text=True, env=env, timeout=600)  # fmt: skip
+        logged = "".join(p.read_text() for p in sorted(logs.glob("*.log")))
+        assert done.returncode == 0, done.stderr[-3000:] + logged[-3000:]
+        assert f"3 shards on {address}" in done.stderr
+        assert files_of(out) == files_of(here)
+        metrics = json.loads((folder / "gen-1.json").read_text())
+        assert metrics["cluster"] == address and metrics["workers"] == 1
+        assert [w.rsplit(":", 1)[1] for w in metrics["shard_workers"]] == [str(gpu.pid)] * 3
+    finally:
+        for p in reversed(processes):
+            p.terminate()
+        for p in processes:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
 def _workers(stage_pid: int) -> list[psutil.Process]:
     """The Dask worker processes of the stage's LocalCluster: its nannies run in the stage's
     process and start each worker with multiprocessing's spawn."""
