@@ -386,6 +386,8 @@ def test_the_gate_on_a_local_cluster_keeps_the_games_and_decision_of_one_process
         assert there_files == here_files and len(here_files) == here["games"]
         assert there.pop("cluster") == "local:2" and there.pop("workers") == 2
         assert there.pop("games_played") == 5  # every batch played there
+        shard_workers = there.pop("shard_workers")  # host:pid of the batches 2, 2 and 1
+        assert len(shard_workers) == 3 and len(set(shard_workers)) == 2
         assert there == here
         if early_stop:  # 5 wins of 5 needed: decided in the first batch with a game not won
             assert here["stopped_early"] and here["games"] < 5
