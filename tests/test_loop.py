@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from flows.loop import (
     STAGES,
@@ -227,6 +228,12 @@ def test_ctrl_c_and_sigterm_stop_the_loop_and_its_stage_and_the_next_run_resumes
     from mlflow import MlflowClient
 
     repo = make_run_repo(tmp_path / "run", code_deps=False, win_fraction=0.0)
+    # Training long enough (about 6 s here) that the loop is stopped while train's temporary
+    # folder exists: with the tiny run's 4 steps it lasts under 0.1 s and a poll misses it.
+    params = yaml.safe_load((repo / "params.yaml").read_text())
+    params["train"]["samples_per_generation"] = 16 * 400
+    (repo / "params.yaml").write_text(yaml.safe_dump(params))
+    run_in(repo, "git", "commit", "-qam", "train longer")
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API")}
     env["PREFECT_HOME"] = str(tmp_path / "prefect")
     command = [sys.executable, "-m", "flows.cli", "run", "--generations", "1"]
