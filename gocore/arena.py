@@ -114,8 +114,9 @@ class LeafEvaluator:
         policy = F.policy_all(leaves, policy_t, symmetry)
         centre = np.repeat(self.tree.centre, self.per)
         utility, win, black_mean = leaf_values(
-            leaves, value, score_mean, score_stdev, centre, self.score_utility
-        )
+            leaves.to_move, leaves.size, value, score_mean, score_stdev, centre,
+            self.score_utility,
+        )  # fmt: skip
         if ownership_t is not None:
             mover = np.where(leaves.to_move == BLACK, 1.0, -1.0)
             flat = np.concatenate([ownership_t.reshape(b, t * t), np.zeros((b, 1), np.float32)], 1)

@@ -776,9 +776,61 @@ def root_priors(t, g, out):
         out[t.edge_move[g, e]] = t.edge_prior[g, e]
 
 
+@kernel
+def gather_root(t, g, ints, sums):
+    """What a driver's control reads of tree g after a step, into small rows: ints[g] = (root
+    visits, root's first edge, the L selected leaves, whether each is a finished game's node);
+    sums[g] = the root's value, win and score sums."""
+    ints[g, 0] = t.visits[g, ROOT]
+    ints[g, 1] = t.first_edge[g, ROOT]
+    per = t.leaf.shape[1]
+    for i in range(per):
+        n = t.leaf[g, i]
+        ints[g, 2 + i] = n
+        ints[g, 2 + per + i] = t.terminal[g, n] if n >= 0 else 0
+    sums[g, 0] = t.value_sum[g, ROOT]
+    sums[g, 1] = t.win_sum[g, ROOT]
+    sums[g, 2] = t.score_sum[g, ROOT]
+
+
+class RootState(NamedTuple):
+    """A host copy of what the self-play driver's control reads of its trees (`root_state`)."""
+
+    visits: np.ndarray  # [G] int32 the root's visits
+    expanded: np.ndarray  # [G] bool whether the root is expanded
+    value: np.ndarray  # [G] float64 root_values: mean utility, player to move (NaN: no visit)
+    win: np.ndarray  # [G] float64 its win value
+    black_lead: np.ndarray  # [G] float64 Black's expected lead
+    leaf: np.ndarray  # [G, L] int32 the leaves selected by the last step (-1: none)
+    leaf_terminal: np.ndarray  # [G, L] bool whether each is a finished game's node
+
+
+def root_state_of(ints: np.ndarray, sums: np.ndarray) -> RootState:
+    """The RootState of gathered rows (gather_root's ints [G, 2 + 2L] and sums [G, 3])."""
+    per = (ints.shape[1] - 2) // 2
+    n = ints[:, 0].astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        value, win, lead = -sums[:, 0] / n, -sums[:, 1] / n, sums[:, 2] / n
+    return RootState(
+        visits=ints[:, 0].copy(),
+        expanded=ints[:, 1] >= 0,
+        value=value,
+        win=win,
+        black_lead=lead,
+        leaf=ints[:, 2 : 2 + per].copy(),
+        leaf_terminal=ints[:, 2 + per :] != 0,
+    )
+
+
 # ---------------------------------------------------------------------------------------------
 # Drivers and the Python API
 # ---------------------------------------------------------------------------------------------
+
+
+@driver
+def _gather_range(t, ints, sums, start, stop):
+    for g in range(start, stop):
+        gather_root(t, g, ints, sums)
 
 
 @driver
@@ -999,6 +1051,15 @@ def root_priors_all(t: Tree, area: int) -> np.ndarray:
     out = np.zeros((t.node_count.shape[0], area), np.float32)
     over_games(_priors_range, t.node_count.shape[0], t, out)
     return out
+
+
+def root_state(t: Tree) -> RootState:
+    """The roots' visits and values and the last step's leaves, as a driver reads them."""
+    games, per = t.leaf.shape
+    ints = np.zeros((games, 2 + 2 * per), np.int32)
+    sums = np.zeros((games, 3), np.float32)
+    over_games(_gather_range, games, t, ints, sums)
+    return root_state_of(ints, sums)
 
 
 def root_values(t: Tree) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
