@@ -1170,6 +1170,7 @@ def search(
     gumbel_rng: np.ndarray | None = None,
     on_step=None,
     stop=None,
+    device: str = "cpu",
 ) -> Tree:
     """Run the search until every root g has `visits` (or visits[g]) visits (its own
     evaluation and visits kept from a reused tree included), fewer in a game whose tree fills
@@ -1183,36 +1184,42 @@ def search(
     `gumbel_rng` ([G] uint64; None: 0, a deterministic search); then gumbel_move and
     gumbel_target read the result. `on_step()` is called after every step (the caller's
     bookkeeping, such as the score utility's centre); the search also ends once `stop()`
-    returns true (a deadline, a decided move)."""
+    returns true (a deadline, a decided move). On `device` "cuda", `roots`, `tree` and
+    `leaves` are the device's (gocore.device) and so are the rng arrays; the search reads back
+    only `root_state`."""
+    from gocore.device import backend
+
+    xp = backend(device)
     games = roots.games
     area = roots.color.shape[1]
     visits = np.broadcast_to(np.asarray(visits, np.int64), (games,))
     if tree is None:
         most = int(visits.max())
-        tree = new_tree(games, most + 2, (most + 1) * area, leaves_per_game, area)
-    leaves = new_leaves(roots, leaves_per_game) if leaves is None else leaves
+        tree = xp.new_tree(games, most + 2, (most + 1) * area, leaves_per_game, area)
+    leaves = xp.new_leaves(roots, leaves_per_game) if leaves is None else leaves
     full = np.zeros(games, np.bool_)  # games whose tree has no room left: their search ends
     if noise_rng is not None:
-        tree.explore[:] = np.broadcast_to(noise_games, (games,))
+        xp.upload(np.broadcast_to(noise_games, (games,)).astype(np.int8), tree.explore)
 
     def step(budget):
-        select_all(tree, roots, leaves, params, budget)
+        xp.select_all(tree, roots, leaves, params, budget)
         nonlocal full
-        full |= (budget > 0) & (tree.leaf < 0).all(axis=1)
-        expand_and_backup_all(tree, leaves, *evaluate(leaves))
+        full |= (budget > 0) & (xp.root_state(tree).leaf < 0).all(axis=1)
+        xp.expand_and_backup_all(tree, leaves, *evaluate(leaves))
         if on_step is not None:
             on_step()
 
     if noise_rng is not None or considered > 0:
-        step((tree.first_edge[:, ROOT] < 0).astype(np.int64))  # expand fresh roots first
+        fresh = ~xp.root_state(tree).expanded
+        step(fresh.astype(np.int64))  # expand fresh roots first
     if noise_rng is not None:
-        add_noise_all(tree, noise_rng, noise_games)
+        xp.add_noise_all(tree, noise_rng, noise_games)
     if considered > 0:
-        tree.budget[:] = visits - 1  # the walks below the root's own evaluation
-        rng = np.zeros(games, np.uint64) if gumbel_rng is None else gumbel_rng
-        add_gumbel_all(tree, rng, True, considered, sample=gumbel_rng is not None)
+        xp.upload(visits - 1, tree.budget)  # the walks below the root's own evaluation
+        rng = xp.zeros(games, np.uint64) if gumbel_rng is None else gumbel_rng
+        xp.add_gumbel_all(tree, rng, True, considered, sample=gumbel_rng is not None)
     while True:
-        remaining = np.where(full, 0, visits - tree.visits[:, ROOT])
+        remaining = np.where(full, 0, visits - xp.root_state(tree).visits)
         if remaining.max() <= 0 or (stop is not None and stop()):
             return tree
         step(np.clip(remaining, 0, leaves_per_game))

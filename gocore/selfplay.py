@@ -302,6 +302,18 @@ def _rows_of(array, rows):
     return array[rows]
 
 
+def row_taker(xp, net) -> Callable:
+    """`take` for net_rows on backend `xp`: the rows stay on the device for a net there (one
+    that `takes_cuda_arrays`), else they come to the host."""
+    on_device = xp.name != "cpu" and bool(getattr(net, "takes_cuda_arrays", False))
+
+    def take(array, rows):
+        taken = xp.take_rows(array, rows)
+        return taken if on_device else xp.to_numpy(taken)
+
+    return take
+
+
 def net_rows(
     net, planes, glob, legal, rows: np.ndarray, out: dict[str, np.ndarray], *,
     take: Callable = _rows_of, to_numpy: Callable = np.asarray,
@@ -366,8 +378,7 @@ class SelfPlay:
         self.seed = seed
         self.on_step = on_step
         self.xp = xp = backend(device)
-        # A net on the GPU takes the device's buffers as they are; any other gets host copies.
-        self.net_takes_device = xp.name != "cpu" and bool(getattr(net, "takes_cuda_arrays", False))
+        self.take = row_taker(xp, net)
         self.rng = np.random.default_rng(seed)
         layout = config.largest
         self.layout = layout
@@ -612,7 +623,7 @@ class SelfPlay:
             legal = xp.legal_tensor_all(leaves, self.tensor, symmetry)
             outputs = {"policy": policy_t, "value": value, "score_mean": score_mean,
                        "score_stdev": score_stdev}  # fmt: skip
-            net_rows(self.net, self.planes, self.glob, legal, rows, outputs, take=self._take,
+            net_rows(self.net, self.planes, self.glob, legal, rows, outputs, take=self.take,
                      to_numpy=xp.to_numpy)  # fmt: skip
             self.evaluations += len(rows)
         policy = xp.policy_all(leaves, policy_t, symmetry)
@@ -622,11 +633,6 @@ class SelfPlay:
         size = np.repeat(self.roots.size, per)
         return (policy, *leaf_values(to_move, size, value, score_mean, score_stdev, centre,
                                      c.search.score_utility))  # fmt: skip
-
-    def _take(self, array, rows):
-        """The net's input rows: on the device for a net there, else on the host."""
-        taken = self.xp.take_rows(array, rows)
-        return taken if self.net_takes_device else self.xp.to_numpy(taken)
 
     def step(self) -> list[FinishedGame]:
         """One lockstep step: finish the searches that are done (moves, rows, game ends), then

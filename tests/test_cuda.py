@@ -323,3 +323,30 @@ def test_selfplay_on_the_device_plays_the_games_of_the_cpu(gpu, tiny_model, root
                 assert np.array_equal(values, b.rows[column], equal_nan=True), column
         weighted = a.rows["policy_weight"] > 0
         assert np.allclose(b.rows["policy_target"][weighted].sum(axis=1), 1.0, atol=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # uint64 wraps
+@pytest.mark.parametrize("considered", [0, 4])
+def test_matches_on_the_device_play_the_games_of_the_cpu(gpu, tiny_model, considered):
+    """The gate's arena with `device: cuda` (two real nets, PUCT and Gumbel roots): the same
+    games as on the CPU, move for move, and the same scores."""
+    from gocore.arena import play_match
+    from gocore.rules import PRESETS
+    from gocore.selfplay import UniformNet
+    from play.models import load_evaluator
+    from tests.conftest import default_section
+
+    net, _ = load_evaluator(tiny_model)
+    gate = default_section("gate")
+    played = {}
+    for device in ("cpu", "cuda"):
+        games = play_match(
+            net, UniformNet(2), np.array([True, False]), size=5,
+            rules=PRESETS["chinese"].with_komi(0.5), visits=6, params=gate.search.params(),
+            leaves_per_game=2, seed=7, temperature_start=0.8, temperature_end=0.2,
+            considered=considered, device=device,
+        )  # fmt: skip
+        played[device] = [(g.a_is_black, g.black_lead, g.moves.tolist()) for g in games]
+    assert played["cuda"] == played["cpu"]
+    assert all(len(moves) > 2 for _, _, moves in played["cpu"])
