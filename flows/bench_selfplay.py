@@ -29,6 +29,19 @@ def _net(name: str, device: str):
     return Evaluator(GoNet(net_config(name)), device=device)
 
 
+def _net_inputs(sp: SP.SelfPlay, board: int, device: str):
+    """(planes, glob, legal, sync) of self-play's whole batch, where its buffers are."""
+    if device == "cpu":
+        planes, glob = sp.planes.copy(), sp.glob.copy()
+        return planes, glob, np.ones((planes.shape[0], board * board + 1), np.bool_), lambda: None
+    import torch
+
+    planes = torch.as_tensor(sp.planes, device="cuda").clone()
+    glob = torch.as_tensor(sp.glob, device="cuda").clone()
+    legal = torch.ones((planes.shape[0], board * board + 1), dtype=torch.bool, device="cuda")
+    return planes, glob, legal, torch.cuda.synchronize
+
+
 def bench_one(
     net: str,
     board: int,
@@ -44,7 +57,7 @@ def bench_one(
         update={"board_sizes": {board: 1.0}, "slots": slots, "leaves_per_game": leaves}
     )
     evaluator = _net(net, device)
-    sp = SP.SelfPlay(params.config(), evaluator, games=10**9, slots=slots, seed=0)
+    sp = SP.SelfPlay(params.config(), evaluator, games=10**9, slots=slots, seed=0, device=device)
     # Warm up: compile, fill the trees, get games past their openings.
     start = time.perf_counter()
     while time.perf_counter() - start < min(seconds, 5.0) or sp.steps < 5:
@@ -55,15 +68,16 @@ def bench_one(
         sp.step()
     elapsed = time.perf_counter() - start
     visits = (sp.visits_done - visits0) / elapsed
-    # The network alone, on the batch self-play just encoded.
-    planes, glob = sp.planes.copy(), sp.glob.copy()
-    legal = np.ones((planes.shape[0], board * board + 1), np.bool_)
+    # The network alone, on the batch self-play just encoded (on the GPU: its device buffer).
+    planes, glob, legal, sync = _net_inputs(sp, board, device)
     evaluator(planes, glob, legal=legal)
     calls = 0
+    sync()
     start = time.perf_counter()
     while time.perf_counter() - start < seconds:
         evaluator(planes, glob, legal=legal)
         calls += 1
+    sync()
     net_rate = calls * planes.shape[0] / (time.perf_counter() - start)
     return {
         "net": net,

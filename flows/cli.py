@@ -857,7 +857,9 @@ def bench_selfplay(
     params: Annotated[str, typer.Option(help="The params.yaml to take selfplay from.")] = (
         "params.yaml"
     ),
-    device: Annotated[str, typer.Option(help="Where the network runs: cpu or cuda.")] = "cpu",
+    device: Annotated[
+        str, typer.Option(help="Where the search, the rules and the network run: cpu or cuda.")
+    ] = "cpu",
 ) -> None:
     """Self-play visits per second beside the same net's evaluations per second, no search."""
     from flows.bench_selfplay import HEADER, format_row

@@ -24,8 +24,9 @@ import numpy as np
 from gocore import features as F
 from gocore import search as S
 from gocore.board import BLACK, PASS, Boards, new_boards
+from gocore.device import backend
 from gocore.rules import Rules
-from gocore.selfplay import final_score, leaf_values, net_rows, play_some
+from gocore.selfplay import final_score, leaf_values, net_rows, play_some, row_taker
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,6 +56,9 @@ class LeafEvaluator:
     With `ownership`, the mean over every evaluated leaf of the net's ownership, from Black's
     side, is kept per game (`ownership_sum / ownership_count`): each visit backs up one leaf,
     so this is the search's own ownership average at the root, as KataGo reports it.
+
+    On `device` "cuda" the leaves and the tree are the device's (gocore.device): the encoding
+    and the policy mapping run there, the net gets its rows there where it runs there.
     """
 
     def __init__(
@@ -68,29 +72,35 @@ class LeafEvaluator:
         rng: np.random.Generator,
         net_of_game: Callable[[], np.ndarray] | None = None,
         ownership: bool = False,
+        device: str = "cpu",
     ):
+        self.xp = xp = backend(device)
         self.nets = nets
+        self.takes = [row_taker(xp, net) for net in nets]
         self.tree = tree
+        # The score utility's centres, kept on the host (the tree's own array on the CPU).
+        self.centre = xp.to_numpy(tree.centre)
         self.per = leaves_per_game
         self.score_utility = score_utility
         self.rng = rng
         self.net_of_game = net_of_game
-        self.tensor = int(leaves.size.max())
+        self.tensor = int(xp.to_numpy(leaves.size).max())
         b = leaves.games
-        self.work = F.new_work(leaves)
-        self.planes = np.zeros((b, F.N_PLANES, self.tensor, self.tensor), np.float32)
-        self.glob = np.zeros((b, F.N_GLOBALS), np.float32)
+        self.work = xp.new_work(leaves)
+        self.planes = xp.zeros((b, F.N_PLANES, self.tensor, self.tensor), np.float32)
+        self.glob = xp.zeros((b, F.N_GLOBALS), np.float32)
         self.evaluations = 0
         games = b // leaves_per_game
         self.ownership_sum = np.zeros((games, leaves.color.shape[1])) if ownership else None
         self.ownership_count = np.zeros(games, np.int64)
 
     def __call__(self, leaves: Boards):
+        xp = self.xp
         b = leaves.games
         t = self.tensor
         symmetry = self.rng.integers(0, 8, b)
-        F.encode_all(leaves, self.work, self.planes, self.glob, symmetry)
-        legal = F.legal_tensor_all(leaves, t, symmetry)
+        xp.encode_all(leaves, self.work, self.planes, self.glob, symmetry)
+        legal = xp.legal_tensor_all(leaves, t, symmetry)
         policy_t = np.zeros((b, t * t + 1), np.float32)
         value = np.zeros((b, 3), np.float32)
         score_mean = np.zeros(b, np.float32)
@@ -102,24 +112,27 @@ class LeafEvaluator:
             ownership_t = np.zeros((b, t, t), np.float32)
             outputs["ownership"] = ownership_t
         # Only leaves that a walk selected this step: the rest of the buffer is stale.
-        selected = (self.tree.leaf >= 0).reshape(-1)
+        selected = (xp.root_state(self.tree).leaf >= 0).reshape(-1)
         of_game = (
             np.zeros(b // self.per, np.int64) if self.net_of_game is None else self.net_of_game()
         )
         of_leaf = np.repeat(of_game, self.per)
         for i, net in enumerate(self.nets):
             net_rows(net, self.planes, self.glob, legal, np.flatnonzero(selected & (of_leaf == i)),
-                     outputs)  # fmt: skip
+                     outputs, take=self.takes[i], to_numpy=xp.to_numpy)  # fmt: skip
         self.evaluations += int(selected.sum())
-        policy = F.policy_all(leaves, policy_t, symmetry)
-        centre = np.repeat(self.tree.centre, self.per)
+        policy = xp.policy_all(leaves, policy_t, symmetry)
+        centre = np.repeat(self.centre, self.per)
+        to_move = xp.to_numpy(leaves.to_move)
         utility, win, black_mean = leaf_values(
-            leaves, value, score_mean, score_stdev, centre, self.score_utility
-        )
+            to_move, xp.to_numpy(leaves.size), value, score_mean, score_stdev, centre,
+            self.score_utility,
+        )  # fmt: skip
         if ownership_t is not None:
-            mover = np.where(leaves.to_move == BLACK, 1.0, -1.0)
+            mover = np.where(to_move == BLACK, 1.0, -1.0)
             flat = np.concatenate([ownership_t.reshape(b, t * t), np.zeros((b, 1), np.float32)], 1)
-            black = F.policy_all(leaves, flat, symmetry) * mover[:, None].astype(np.float32)
+            black = xp.to_numpy(xp.policy_all(leaves, flat, symmetry))
+            black = black * mover[:, None].astype(np.float32)
             black[:, PASS] = 0.0
             rows = np.flatnonzero(selected)
             np.add.at(self.ownership_sum, rows // self.per, black[rows])
@@ -129,11 +142,16 @@ class LeafEvaluator:
     def update_centres(self) -> None:
         """Roots evaluated for the first time get their expected score as the score utility's
         centre (as in self-play)."""
-        t = self.tree
-        fresh = np.isnan(t.centre) & (t.visits[:, S.ROOT] > 0)
+        state = self.xp.root_state(self.tree)
+        fresh = np.isnan(self.centre) & (state.visits > 0)
         if fresh.any():
-            _, _, black_lead = S.root_values(t)
-            t.centre[fresh] = black_lead[fresh]
+            self.centre[fresh] = state.black_lead[fresh]
+            self.xp.upload(self.centre, self.tree.centre)
+
+    def reset_centres(self) -> None:
+        """No centre yet in any game (a new search from fresh roots)."""
+        self.centre[:] = np.nan
+        self.xp.upload(self.centre, self.tree.centre)
 
 
 def play_match(
@@ -151,44 +169,52 @@ def play_match(
     temperature_end: float,
     max_moves_per_area: float = 3.0,
     considered: int = 0,
+    device: str = "cpu",
 ) -> list[MatchGame]:
     """One game per entry of a_is_black, all at once; A plays Black where a_is_black[g].
     `considered` > 0: Gumbel roots of that many moves, each game's own draw choosing its
     moves (no temperature); else PUCT roots, moves drawn from the visits with the
-    temperature."""
+    temperature. On `device` "cuda" the search, the leaf boards and the encoding run on the
+    GPU (gocore.device); the boards of the games are kept on the host and mirrored there after
+    every move. The same seed plays the same games on either device."""
+    xp = backend(device)
     a_is_black = np.asarray(a_is_black, np.bool_)
     games = len(a_is_black)
     rng = np.random.default_rng(seed)
     max_moves = max(8, math.ceil(max_moves_per_area * size * size))
     roots = new_boards(games, size, rules, max_moves=max_moves + 1)
-    leaves = S.new_leaves(roots, leaves_per_game)
+    device_roots = xp.mirror(roots)
+    leaves = xp.new_leaves(device_roots, leaves_per_game)
     root_work = F.new_work(roots)
     cells = roots.color.shape[1]
     nodes = visits + leaves_per_game + 2
-    tree = S.new_tree(games, nodes, nodes * (size * size + 1), leaves_per_game, cells)
+    tree = xp.new_tree(games, nodes, nodes * (size * size + 1), leaves_per_game, cells)
     evaluate = LeafEvaluator(
         [net_a, net_b], leaves, tree, leaves_per_game=leaves_per_game,
         score_utility=params.score_utility, rng=rng,
         net_of_game=lambda: np.where((roots.to_move == BLACK) == a_is_black, 0, 1),
+        device=device,
     )  # fmt: skip
-
+    every = np.ones(games, np.bool_)
     over = np.zeros(games, np.bool_)
     while not over.all():
-        S.reset_all(tree)
-        tree.explore[:] = 0  # no forced playouts: the visits are the search's own
-        tree.centre[:] = np.nan
+        xp.reset_some(tree, every)
+        # No forced playouts: the visits are the search's own.
+        xp.upload(np.zeros(games, np.int8), tree.explore)
+        evaluate.reset_centres()
         draws = rng.integers(0, 2**63, games, dtype=np.uint64) if considered else None
         S.search(
-            roots, evaluate, np.where(over, 0, visits), params=params,
+            device_roots, evaluate, np.where(over, 0, visits), params=params,
             leaves_per_game=leaves_per_game, tree=tree, leaves=leaves,
             on_step=evaluate.update_centres, considered=considered, gumbel_rng=draws,
+            device=device,
         )  # fmt: skip
         playing = np.flatnonzero(~over)
         moves = np.zeros(games, np.int64)
         if considered:
-            moves[playing] = S.gumbel_moves_all(tree, params)[playing]
+            moves[playing] = xp.to_numpy(xp.gumbel_moves_all(tree, params))[playing]
         else:
-            counts, _ = S.policy_targets_all(tree, params, cells)
+            counts = xp.to_numpy(xp.policy_targets_all(tree, params, cells)[0])
             moves[playing] = S.choose_moves(
                 counts[playing],
                 roots.move_count[playing],
@@ -198,6 +224,7 @@ def play_match(
                 end=temperature_end,
             )
         play_some(roots, moves, ~over)
+        xp.mirror(roots, device_roots)
         over |= (roots.passes >= 2) | (roots.move_count >= max_moves)
     results = []
     for g in range(games):

@@ -127,6 +127,8 @@ gumbel_move = search.gumbel_move
 reroot_game = search.reroot_game
 copy_tree = search.copy_tree
 reset_tree = search.reset_tree
+root_priors = search.root_priors
+gather_root = search.gather_root
 
 
 @_entry
@@ -154,6 +156,13 @@ def _legal_entry(b, out):
 def _encode_entry(b, w, symmetry, planes, glob):
     g = cuda.grid(1)
     if g < b.size.shape[0]:
+        encode(b, g, w, symmetry[g], planes[g], glob[g])
+
+
+@_entry
+def _encode_some_entry(b, w, which, symmetry, planes, glob):
+    g = cuda.grid(1)
+    if g < b.size.shape[0] and which[g]:
         encode(b, g, w, symmetry[g], planes[g], glob[g])
 
 
@@ -251,11 +260,36 @@ def _copy_tree_entry(src, dst, which):
         copy_tree(src, g, dst, g)
 
 
+@_entry
+def _priors_entry(t, out):
+    g = cuda.grid(1)
+    if g < t.node_count.shape[0]:
+        root_priors(t, g, out[g])
+
+
+@_entry
+def _gather_entry(t, ints, sums):
+    g = cuda.grid(1)
+    if g < t.node_count.shape[0]:
+        gather_root(t, g, ints, sums)
+
+
+@_entry
+def _take_rows_entry(src, rows, dst):
+    # One thread per (row, column) of the flattened rows.
+    i = cuda.grid(1)
+    width = src.shape[1]
+    if i < rows.shape[0] * width:
+        r = i // width
+        dst[r, i - r * width] = src[rows[r], i - r * width]
+
+
 ENTRIES = {
     "reset": _reset_entry,
     "play": _play_entry,
     "legal": _legal_entry,
     "encode": _encode_entry,
+    "encode_some": _encode_some_entry,
     "policy": _policy_entry,
     "play_out": _play_out_entry,
     "legal_tensor": _legal_tensor_entry,
@@ -269,6 +303,9 @@ ENTRIES = {
     "gumbel_moves": _gumbel_moves_entry,
     "reroot": _reroot_entry,
     "copy_tree": _copy_tree_entry,
+    "priors": _priors_entry,
+    "gather": _gather_entry,
+    "take_rows": _take_rows_entry,
 }
 
 
@@ -363,6 +400,16 @@ def encode_all(b: Boards, work: FeatureWork, planes, glob, symmetry=None) -> Non
         _as_device(planes),
         _as_device(glob),
     )
+
+
+def encode_some(b: Boards, work: FeatureWork, which, planes, glob, symmetry=None) -> None:
+    """As features.encode_some, into device buffers."""
+    sizes = _host(b.size)
+    features.check_work(b.color.shape, b.stride, work)
+    features.check_buffers(b.games, int(sizes.max()), planes.shape, glob.shape)
+    symmetry = features.check_symmetries(None if symmetry is None else _host(symmetry), b.games)
+    _launch(_encode_some_entry, b.games, b, work, _mask(which, b.games),
+            cuda.to_device(symmetry), _as_device(planes), _as_device(glob))  # fmt: skip
 
 
 def legal_tensor_all(b: Boards, tensor: int, symmetry=None):
@@ -472,6 +519,50 @@ def reroot_some(t, spare, moves, which) -> None:
     _launch(_copy_tree_entry, games, spare, t, which)
 
 
+def root_priors_all(t, area: int):
+    out = cuda.device_array((_games(t), area), np.float32)
+    _launch(_priors_entry, _games(t), t, out)
+    return out
+
+
+def root_state(t) -> search.RootState:
+    """As search.root_state: gathered on the device, two small arrays brought to the host."""
+    games, per = t.leaf.shape
+    ints = cuda.device_array((games, 2 + 2 * per), np.int32)
+    sums = cuda.device_array((games, 3), np.float32)
+    _launch(_gather_entry, games, t, ints, sums)
+    return search.root_state_of(ints.copy_to_host(), sums.copy_to_host())
+
+
+def take_rows(x, rows):
+    """x[rows] as a new device array (rows: host int indices into x's first axis)."""
+    x = _as_device(x)
+    shape = x.shape
+    flat = x.reshape(shape[0], -1)
+    out = cuda.device_array((len(rows), flat.shape[1]), x.dtype)
+    rows = cuda.to_device(np.ascontiguousarray(rows, np.int64))
+    _launch(_take_rows_entry, len(rows) * flat.shape[1], flat, rows, out)
+    return out.reshape((len(rows), *shape[1:]))
+
+
+def upload(host: np.ndarray, device) -> None:
+    """Copy a host array into a device array of the same shape (one transfer)."""
+    device.copy_to_device(np.ascontiguousarray(host, dtype=device.dtype))
+
+
+def mirror(host, device=None):
+    """A device copy of a host batch (a Boards, Tree or FeatureWork): into `device`'s arrays
+    when given (same shapes; one transfer per array), else new ones."""
+    if device is None:
+        return to_device(host)
+    for h, d in zip(host, device, strict=True):
+        if isinstance(h, np.ndarray):
+            upload(h, d)
+        elif isinstance(h, tuple):
+            mirror(h, d)
+    return device
+
+
 def _host(x):
     return x.copy_to_host() if hasattr(x, "copy_to_host") else np.asarray(x)
 
@@ -523,6 +614,10 @@ def compile_ptx(cc: tuple[int, int] = (9, 0)) -> dict[str, int]:
         "gumbel_moves": (t, params, i64),
         "reroot": (t, i64, t, which),
         "copy_tree": (t, t, which),
+        "encode_some": (b, w, which, i64, planes, glob),
+        "priors": (t, np.zeros(b.color.shape, np.float32)),
+        "gather": (t, np.zeros((2, 6), np.int32), np.zeros((2, 3), np.float32)),
+        "take_rows": (np.zeros((2, 4), np.float32), i64, np.zeros((2, 4), np.float32)),
     }
     # numba-cuda asks the current GPU for its compute capability when it compiles a device
     # function; with no GPU, answer with the target's.

@@ -29,11 +29,39 @@ class Backend:
     policy_all: Callable  # (b, policy[G, T*T + 1], symmetry=None) -> [G, A] float32
     legal_tensor_all: Callable  # (b, T, symmetry=None) -> [G, T*T + 1] bool policy mask
     zeros: Callable  # (shape, dtype) -> array on this device
-    to_numpy: Callable  # (array) -> np.ndarray
+    to_numpy: Callable  # (array) -> np.ndarray (the array itself where it is numpy already)
+    encode_some: Callable  # (b, work, which[G], planes, glob, symmetry=None) -> None
+    take_rows: Callable  # (array, rows) -> array[rows], on this device
+    upload: Callable  # (host array, array) -> None: the host values into the array
+    mirror: Callable  # (host batch, batch=None) -> this device's copy (the host's on the CPU)
+    # The search (gocore.search's batched API): trees stay on this device.
+    new_tree: Callable  # (games, max_nodes, max_edges, leaves_per_game, area) -> Tree
+    new_leaves: Callable  # (roots, leaves_per_game) -> Boards
+    reset_some: Callable  # (t, which[G]) -> None
+    select_all: Callable  # (t, roots, leaves, params, budget[G]) -> None
+    expand_and_backup_all: Callable  # (t, leaves, policy, value, win, black_score) -> None
+    add_noise_all: Callable  # (t, rng[G], which[G], *, alpha_total, epsilon) -> None
+    add_gumbel_all: Callable  # (t, rng[G], which[G], considered) -> None
+    policy_targets_all: Callable  # (t, params, area) -> ([G, area] targets, [G] kept)
+    gumbel_targets_all: Callable  # (t, params, area) -> ([G, area] targets, [G] kept)
+    gumbel_moves_all: Callable  # (t, params) -> [G] moves
+    reroot_some: Callable  # (t, spare, moves[G], which[G]) -> None
+    root_priors_all: Callable  # (t, area) -> [G, area] priors
+    root_state: Callable  # (t) -> search.RootState, on the host
+    new_rng: Callable  # (games, seed) -> [G] uint64 generator states on this device
+
+
+def _upload_cpu(host: np.ndarray, array: np.ndarray) -> None:
+    if array is not host:
+        array[...] = host
+
+
+def _mirror_cpu(host, array=None):
+    return host
 
 
 def _cpu() -> Backend:
-    from gocore import board, features, playout
+    from gocore import board, features, playout, search
 
     return Backend(
         name="cpu",
@@ -48,10 +76,26 @@ def _cpu() -> Backend:
         legal_tensor_all=features.legal_tensor_all,
         zeros=np.zeros,
         to_numpy=np.asarray,
+        encode_some=features.encode_some,
+        take_rows=lambda array, rows: array[rows],
+        upload=_upload_cpu,
+        mirror=_mirror_cpu,
+        **_search_api(search),
+        new_rng=playout.new_rng,
     )
 
 
+def _search_api(module) -> dict[str, Callable]:
+    """The search's functions of `module` (gocore.search, or gocore.cuda's twins)."""
+    names = ("new_tree", "new_leaves", "reset_some", "select_all", "expand_and_backup_all",
+             "add_noise_all", "add_gumbel_all", "policy_targets_all", "gumbel_targets_all",
+             "gumbel_moves_all", "reroot_some", "root_priors_all", "root_state")  # fmt: skip
+    return {name: getattr(module, name) for name in names}
+
+
 def _cuda() -> Backend:
+    from gocore import playout
+
     try:
         from gocore import cuda as gpu
     except ImportError as e:
@@ -68,7 +112,14 @@ def _cuda() -> Backend:
         return gpu.cuda.to_device(np.zeros(shape, dtype))
 
     def to_numpy(x):
-        return x.copy_to_host() if hasattr(x, "copy_to_host") else np.asarray(x)
+        if hasattr(x, "copy_to_host"):
+            return x.copy_to_host()
+        if hasattr(x, "__cuda_array_interface__"):  # a CUDA tensor, say
+            return gpu.cuda.as_cuda_array(x).copy_to_host()
+        return np.asarray(x)
+
+    def new_rng(games, seed):
+        return gpu.cuda.to_device(playout.new_rng(games, seed))
 
     return Backend(
         name="cuda",
@@ -83,6 +134,12 @@ def _cuda() -> Backend:
         legal_tensor_all=gpu.legal_tensor_all,
         zeros=zeros,
         to_numpy=to_numpy,
+        encode_some=gpu.encode_some,
+        take_rows=gpu.take_rows,
+        upload=gpu.upload,
+        mirror=gpu.mirror,
+        **_search_api(gpu),
+        new_rng=new_rng,
     )
 
 

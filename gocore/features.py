@@ -793,6 +793,13 @@ def _encode_range(b, w, symmetry, planes, glob, start, stop):
 
 
 @driver
+def _encode_some_range(b, w, which, symmetry, planes, glob, start, stop):
+    for g in range(start, stop):
+        if which[g]:
+            encode(b, g, w, symmetry[g], planes[g], glob[g])
+
+
+@driver
 def _policy_range(b, symmetry, policy, tensor, out, start, stop):
     for g in range(start, stop):
         policy_to_points(b, g, symmetry[g], policy[g], tensor, out[g])
@@ -839,6 +846,24 @@ def encode_all(
     check_buffers(games, int(b.size.max()), planes.shape, glob.shape)
     symmetry = check_symmetries(symmetry, games)
     over_games(_encode_range, games, b, work, symmetry, planes, glob, threads=threads)
+
+
+def encode_some(
+    b: Boards,
+    work: FeatureWork,
+    which: np.ndarray,
+    planes: np.ndarray,
+    glob: np.ndarray,
+    symmetry: np.ndarray | None = None,
+) -> None:
+    """As encode_all, for the games marked in `which` ([G] bool) only; the other rows of the
+    buffers are left as they were."""
+    games = b.games
+    check_work(b.color.shape, b.stride, work)
+    check_buffers(games, int(b.size.max()), planes.shape, glob.shape)
+    symmetry = check_symmetries(symmetry, games)
+    which = np.ascontiguousarray(np.broadcast_to(which, (games,)), np.bool_)
+    over_games(_encode_some_range, games, b, work, which, symmetry, planes, glob)
 
 
 def policy_all(b: Boards, policy: np.ndarray, symmetry: np.ndarray | None = None) -> np.ndarray:

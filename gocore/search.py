@@ -776,9 +776,61 @@ def root_priors(t, g, out):
         out[t.edge_move[g, e]] = t.edge_prior[g, e]
 
 
+@kernel
+def gather_root(t, g, ints, sums):
+    """What a driver's control reads of tree g after a step, into small rows: ints[g] = (root
+    visits, root's first edge, the L selected leaves, whether each is a finished game's node);
+    sums[g] = the root's value, win and score sums."""
+    ints[g, 0] = t.visits[g, ROOT]
+    ints[g, 1] = t.first_edge[g, ROOT]
+    per = t.leaf.shape[1]
+    for i in range(per):
+        n = t.leaf[g, i]
+        ints[g, 2 + i] = n
+        ints[g, 2 + per + i] = t.terminal[g, n] if n >= 0 else 0
+    sums[g, 0] = t.value_sum[g, ROOT]
+    sums[g, 1] = t.win_sum[g, ROOT]
+    sums[g, 2] = t.score_sum[g, ROOT]
+
+
+class RootState(NamedTuple):
+    """A host copy of what the self-play driver's control reads of its trees (`root_state`)."""
+
+    visits: np.ndarray  # [G] int32 the root's visits
+    expanded: np.ndarray  # [G] bool whether the root is expanded
+    value: np.ndarray  # [G] float64 root_values: mean utility, player to move (NaN: no visit)
+    win: np.ndarray  # [G] float64 its win value
+    black_lead: np.ndarray  # [G] float64 Black's expected lead
+    leaf: np.ndarray  # [G, L] int32 the leaves selected by the last step (-1: none)
+    leaf_terminal: np.ndarray  # [G, L] bool whether each is a finished game's node
+
+
+def root_state_of(ints: np.ndarray, sums: np.ndarray) -> RootState:
+    """The RootState of gathered rows (gather_root's ints [G, 2 + 2L] and sums [G, 3])."""
+    per = (ints.shape[1] - 2) // 2
+    n = ints[:, 0].astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        value, win, lead = -sums[:, 0] / n, -sums[:, 1] / n, sums[:, 2] / n
+    return RootState(
+        visits=ints[:, 0].copy(),
+        expanded=ints[:, 1] >= 0,
+        value=value,
+        win=win,
+        black_lead=lead,
+        leaf=ints[:, 2 : 2 + per].copy(),
+        leaf_terminal=ints[:, 2 + per :] != 0,
+    )
+
+
 # ---------------------------------------------------------------------------------------------
 # Drivers and the Python API
 # ---------------------------------------------------------------------------------------------
+
+
+@driver
+def _gather_range(t, ints, sums, start, stop):
+    for g in range(start, stop):
+        gather_root(t, g, ints, sums)
 
 
 @driver
@@ -1001,6 +1053,15 @@ def root_priors_all(t: Tree, area: int) -> np.ndarray:
     return out
 
 
+def root_state(t: Tree) -> RootState:
+    """The roots' visits and values and the last step's leaves, as a driver reads them."""
+    games, per = t.leaf.shape
+    ints = np.zeros((games, 2 + 2 * per), np.int32)
+    sums = np.zeros((games, 3), np.float32)
+    over_games(_gather_range, games, t, ints, sums)
+    return root_state_of(ints, sums)
+
+
 def root_values(t: Tree) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Each root's mean (utility, win value, Black's expected lead) over its visits, the first
     two for the player to move there; NaN where the root has no visits."""
@@ -1109,6 +1170,7 @@ def search(
     gumbel_rng: np.ndarray | None = None,
     on_step=None,
     stop=None,
+    device: str = "cpu",
 ) -> Tree:
     """Run the search until every root g has `visits` (or visits[g]) visits (its own
     evaluation and visits kept from a reused tree included), fewer in a game whose tree fills
@@ -1122,36 +1184,42 @@ def search(
     `gumbel_rng` ([G] uint64; None: 0, a deterministic search); then gumbel_move and
     gumbel_target read the result. `on_step()` is called after every step (the caller's
     bookkeeping, such as the score utility's centre); the search also ends once `stop()`
-    returns true (a deadline, a decided move)."""
+    returns true (a deadline, a decided move). On `device` "cuda", `roots`, `tree` and
+    `leaves` are the device's (gocore.device) and so are the rng arrays; the search reads back
+    only `root_state`."""
+    from gocore.device import backend
+
+    xp = backend(device)
     games = roots.games
     area = roots.color.shape[1]
     visits = np.broadcast_to(np.asarray(visits, np.int64), (games,))
     if tree is None:
         most = int(visits.max())
-        tree = new_tree(games, most + 2, (most + 1) * area, leaves_per_game, area)
-    leaves = new_leaves(roots, leaves_per_game) if leaves is None else leaves
+        tree = xp.new_tree(games, most + 2, (most + 1) * area, leaves_per_game, area)
+    leaves = xp.new_leaves(roots, leaves_per_game) if leaves is None else leaves
     full = np.zeros(games, np.bool_)  # games whose tree has no room left: their search ends
     if noise_rng is not None:
-        tree.explore[:] = np.broadcast_to(noise_games, (games,))
+        xp.upload(np.broadcast_to(noise_games, (games,)).astype(np.int8), tree.explore)
 
     def step(budget):
-        select_all(tree, roots, leaves, params, budget)
+        xp.select_all(tree, roots, leaves, params, budget)
         nonlocal full
-        full |= (budget > 0) & (tree.leaf < 0).all(axis=1)
-        expand_and_backup_all(tree, leaves, *evaluate(leaves))
+        full |= (budget > 0) & (xp.root_state(tree).leaf < 0).all(axis=1)
+        xp.expand_and_backup_all(tree, leaves, *evaluate(leaves))
         if on_step is not None:
             on_step()
 
     if noise_rng is not None or considered > 0:
-        step((tree.first_edge[:, ROOT] < 0).astype(np.int64))  # expand fresh roots first
+        fresh = ~xp.root_state(tree).expanded
+        step(fresh.astype(np.int64))  # expand fresh roots first
     if noise_rng is not None:
-        add_noise_all(tree, noise_rng, noise_games)
+        xp.add_noise_all(tree, noise_rng, noise_games)
     if considered > 0:
-        tree.budget[:] = visits - 1  # the walks below the root's own evaluation
-        rng = np.zeros(games, np.uint64) if gumbel_rng is None else gumbel_rng
-        add_gumbel_all(tree, rng, True, considered, sample=gumbel_rng is not None)
+        xp.upload(visits - 1, tree.budget)  # the walks below the root's own evaluation
+        rng = xp.zeros(games, np.uint64) if gumbel_rng is None else gumbel_rng
+        xp.add_gumbel_all(tree, rng, True, considered, sample=gumbel_rng is not None)
     while True:
-        remaining = np.where(full, 0, visits - tree.visits[:, ROOT])
+        remaining = np.where(full, 0, visits - xp.root_state(tree).visits)
         if remaining.max() <= 0 or (stop is not None and stop()):
             return tree
         step(np.clip(remaining, 0, leaves_per_game))

@@ -56,8 +56,8 @@ from gocore.board import (
     set_to_move,
     setup_stone,
 )
+from gocore.device import backend
 from gocore.jit import driver, over_games
-from gocore.playout import new_rng
 from gocore.rules import PRESETS, fixed_handicap_points, max_fixed_handicap
 
 # How a move was chosen (kept per move for the SGF and the metrics).
@@ -249,13 +249,6 @@ def _play_some(b, moves, which, start, stop):
 
 
 @driver
-def _encode_some(b, w, which, symmetry, planes, glob, start, stop):
-    for g in range(start, stop):
-        if which[g]:
-            F.encode(b, g, w, symmetry[g], planes[g], glob[g])
-
-
-@driver
 def _start_game(b, g, stones, first):
     """Slot g: an empty board of its size (set by the caller), the setup stones, `first` to
     move. Returns the first stone that could not be placed, -1 if none."""
@@ -292,28 +285,48 @@ def final_score(b: Boards, work: F.FeatureWork, g: int) -> tuple[float, np.ndarr
     return float(_final_score(b, g, dead, np.zeros_like(dead), owner)), owner
 
 
-def leaf_values(leaves: Boards, value, score_mean, score_stdev, centre, score_utility: float):
-    """(utility, win value, Black's expected lead) of evaluated leaves for the search: the
-    net's win minus loss for the player to move, plus Appendix F's expected score utility
-    around each leaf's game's centre (NaN: none yet)."""
+def leaf_values(to_move, size, value, score_mean, score_stdev, centre, score_utility: float):
+    """(utility, win value, Black's expected lead) of evaluated leaves for the search (their
+    player to move and board size [B]): the net's win minus loss for the player to move, plus
+    Appendix F's expected score utility around each leaf's game's centre (NaN: none yet)."""
     win = value[:, 0] - value[:, 1]
-    mover = np.where(leaves.to_move == BLACK, 1.0, -1.0)
+    mover = np.where(to_move == BLACK, 1.0, -1.0)
     black_mean = mover * score_mean
     utility = win + S.expected_score_utility(
-        black_mean, score_stdev, centre, leaves.size, leaves.to_move, score_utility
+        black_mean, score_stdev, centre, size, to_move, score_utility
     )
     return utility, win, black_mean.astype(np.float32)
 
 
-def net_rows(net, planes, glob, legal, rows: np.ndarray, out: dict[str, np.ndarray]) -> None:
+def _rows_of(array, rows):
+    return array[rows]
+
+
+def row_taker(xp, net) -> Callable:
+    """`take` for net_rows on backend `xp`: the rows stay on the device for a net there (one
+    that `takes_cuda_arrays`), else they come to the host."""
+    on_device = xp.name != "cpu" and bool(getattr(net, "takes_cuda_arrays", False))
+
+    def take(array, rows):
+        taken = xp.take_rows(array, rows)
+        return taken if on_device else xp.to_numpy(taken)
+
+    return take
+
+
+def net_rows(
+    net, planes, glob, legal, rows: np.ndarray, out: dict[str, np.ndarray], *,
+    take: Callable = _rows_of, to_numpy: Callable = np.asarray,
+) -> None:  # fmt: skip
     """Run `net` on the given rows of the feature buffers; each of its outputs named in `out`
     is written into that array at those rows (an output the net lacks, such as the score of a
-    stand-in with no score head, stays as it was)."""
+    stand-in with no score head, stays as it was). `take(array, rows)` gathers the rows (on
+    the buffers' device) and `to_numpy` brings the outputs to the host."""
     if len(rows):
-        result = net(planes[rows], glob[rows], legal=legal[rows])
+        result = net(take(planes, rows), take(glob, rows), legal=take(legal, rows))
         for name, array in out.items():
             if name in result:
-                array[rows] = result[name]
+                array[rows] = to_numpy(result[name])
 
 
 def play_some(b: Boards, moves: np.ndarray, which: np.ndarray) -> None:
@@ -335,7 +348,15 @@ def _cumulative_pick(weights: np.ndarray, rng: np.random.Generator) -> np.ndarra
 
 
 class SelfPlay:
-    """Plays `games` games, `slots` at a time; iterate `run()` for the finished games."""
+    """Plays `games` games, `slots` at a time; iterate `run()` for the finished games.
+
+    `device` picks where the search, the leaf boards and the feature buffer live
+    (gocore.device): on "cuda" the trees, the leaf boards and the network's input stay on the
+    GPU, and each step brings to the host only what the driver's control reads (the roots'
+    visits and values, the selected leaves: `search.root_state`), the network's outputs where
+    the net gives them as host arrays, and a move's targets. The roots (a game's record, its
+    scoring and its rows) are kept on the host and mirrored to the device when they change.
+    The same seed plays the same games on either device."""
 
     def __init__(
         self,
@@ -346,6 +367,7 @@ class SelfPlay:
         slots: int,
         seed: int,
         on_step: Callable[[SelfPlay], None] | None = None,
+        device: str = "cpu",
     ):
         if games < 1 or slots < 1:
             raise ValueError(f"games and slots must be >= 1 (got {games}, {slots})")
@@ -355,6 +377,8 @@ class SelfPlay:
         self.slots = slots = min(slots, games)
         self.seed = seed
         self.on_step = on_step
+        self.xp = xp = backend(device)
+        self.take = row_taker(xp, net)
         self.rng = np.random.default_rng(seed)
         layout = config.largest
         self.layout = layout
@@ -365,19 +389,28 @@ class SelfPlay:
         self.side_queue = new_boards(slots, layout, layout=layout, max_moves=self.max_moves + 1)
         self.side_info: list[GameInfo] = []
         leaves_per_game = config.leaves_per_game
-        self.leaves = S.new_leaves(self.roots, leaves_per_game)
+        # The roots on the device (the host's own on the CPU), mirrored when they change.
+        self.device_roots = xp.mirror(self.roots)
+        self.roots_changed = False
+        self.leaves = xp.new_leaves(self.device_roots, leaves_per_game)
         cells = self.roots.color.shape[1]
         max_nodes = config.max_visits + leaves_per_game + 2
-        self.tree = S.new_tree(slots, max_nodes, max_nodes * (area + 1), leaves_per_game, cells)
-        self.spare = S.new_tree(slots, max_nodes, max_nodes * (area + 1), leaves_per_game, cells)
-        self.leaf_work = F.new_work(self.leaves)
+        self.tree = xp.new_tree(slots, max_nodes, max_nodes * (area + 1), leaves_per_game, cells)
+        self.spare = xp.new_tree(slots, max_nodes, max_nodes * (area + 1), leaves_per_game, cells)
+        # What the driver sets in the trees, kept on the host (the trees' own arrays on the
+        # CPU) and uploaded before the kernels read them.
+        self.explore = xp.to_numpy(self.tree.explore)
+        self.budget = xp.to_numpy(self.tree.budget)
+        self.centre = xp.to_numpy(self.tree.centre)
+        self.state = xp.root_state(self.tree)
+        self.leaf_work = xp.new_work(self.leaves)
         self.root_work = F.new_work(self.roots)
         b = self.leaves.games
-        self.planes = np.zeros((b, F.N_PLANES, layout, layout), np.float32)
-        self.glob = np.zeros((b, F.N_GLOBALS), np.float32)
+        self.planes = xp.zeros((b, F.N_PLANES, layout, layout), np.float32)
+        self.glob = xp.zeros((b, F.N_GLOBALS), np.float32)
         self.root_planes = np.zeros((slots, F.N_PLANES, layout, layout), np.float32)
         self.root_glob = np.zeros((slots, F.N_GLOBALS), np.float32)
-        self.noise_rng = new_rng(slots, seed)
+        self.noise_rng = xp.new_rng(slots, seed)
         self.rows = Rows(layout)
         # Per-slot state.
         self.active = np.zeros(slots, np.bool_)
@@ -475,6 +508,7 @@ class SelfPlay:
             mean = self.config.opening_moves * info.size * info.size
             self.opening_left[g] = int(self.rng.exponential(mean)) if mean > 0 else 0
             self.started += 1
+        self.roots_changed = True
         self.is_side[g] = side
         info.index = len(self.info)
         self.info.append(info)
@@ -498,8 +532,19 @@ class SelfPlay:
     def _leaf_rules(self):
         """The leaf boards take their slot's size and rules."""
         per = self.config.leaves_per_game
-        self.leaves.size[:] = np.repeat(self.roots.size, per)
-        self.leaves.rules[:] = np.repeat(self.roots.rules, per, axis=0)
+        self.xp.upload(np.repeat(self.roots.size, per), self.leaves.size)
+        self.xp.upload(np.repeat(self.roots.rules, per, axis=0), self.leaves.rules)
+
+    def _sync(self) -> None:
+        """Before the kernels read them: the roots and what the driver set in the trees, on
+        the device (nothing to do on the CPU, where they are the same arrays)."""
+        xp, t = self.xp, self.tree
+        if self.roots_changed:
+            xp.mirror(self.roots, self.device_roots)
+            self.roots_changed = False
+        xp.upload(self.explore, t.explore)
+        xp.upload(self.budget, t.budget)
+        xp.upload(self.centre, t.centre)
 
     # -- searches ------------------------------------------------------------------------------
 
@@ -524,14 +569,13 @@ class SelfPlay:
         self.target[idx] = visits
         self.weight[idx] = np.where(self.decided[idx], c.decided_weight, 1.0)
         gumbel = c.root == "gumbel"
-        self.tree.explore[idx] = (kind == FULL) & (not gumbel)
+        self.explore[idx] = (kind == FULL) & (not gumbel)
         self.noise_due[idx] = (kind == FULL) | (gumbel & (kind == CHEAP))
-        self.tree.budget[idx] = np.maximum(visits - 1, 1)  # walks after the root's own visit
+        self.budget[idx] = np.maximum(visits - 1, 1)  # walks after the root's own visit
         self.tree_full[idx] = False
         # The score utility's centre: the root's expected score now (NaN for a fresh root: set
         # after its first evaluation).
-        _, _, black_lead = S.root_values(self.tree)
-        self.tree.centre[idx] = black_lead[idx]
+        self.centre[idx] = self.state.black_lead[idx]
         if self.noise_due.any():
             # A reused root is expanded already: its noise goes on now.
             self._apply_noise()
@@ -539,33 +583,33 @@ class SelfPlay:
     def _apply_noise(self) -> None:
         """Once a search's root is expanded: Dirichlet noise on a PUCT root of a full search,
         or the Gumbel draw of a Gumbel root (every search's)."""
-        ready = self.noise_due & (self.tree.first_edge[:, S.ROOT] >= 0)
+        ready = self.noise_due & self.state.expanded
         if not ready.any():
             return
-        priors = S.root_priors_all(self.tree, self.roots.color.shape[1])
+        xp = self.xp
+        priors = xp.to_numpy(xp.root_priors_all(self.tree, self.roots.color.shape[1]))
         self.raw_priors[ready] = priors[ready]
         c = self.config
         if c.root == "gumbel":
-            S.add_gumbel_all(self.tree, self.noise_rng, ready, c.gumbel_considered)
+            self._sync()  # the Gumbel schedule reads the budget
+            xp.add_gumbel_all(self.tree, self.noise_rng, ready, c.gumbel_considered)
         else:
-            S.add_noise_all(self.tree, self.noise_rng, ready, alpha_total=c.noise_alpha_total,
-                            epsilon=c.noise_epsilon)  # fmt: skip
+            xp.add_noise_all(self.tree, self.noise_rng, ready, alpha_total=c.noise_alpha_total,
+                             epsilon=c.noise_epsilon)  # fmt: skip
         self.noise_due &= ~ready
 
     def _needed(self) -> np.ndarray:
         """[G * L] bool: the leaves that need the network: selected, not a finished game, and
         not a node another leaf of the same game selected this step (that one is dropped)."""
-        t = self.tree
-        leaf = t.leaf
-        need = leaf >= 0
-        need &= t.terminal[np.arange(self.slots)[:, None], np.maximum(leaf, 0)] == 0
+        leaf = self.state.leaf
+        need = (leaf >= 0) & ~self.state.leaf_terminal
         for i in range(1, leaf.shape[1]):
             need[:, i] &= ~(leaf[:, :i] == leaf[:, i : i + 1]).any(axis=1)
         return need.reshape(-1)
 
     def _evaluate(self, leaves: Boards):
         """One network call for the leaves that need it; returns the search's leaf values."""
-        c = self.config
+        c, xp = self.config, self.xp
         b = leaves.games
         symmetry = self.rng.integers(0, 8, b)
         need = self._needed()
@@ -575,17 +619,19 @@ class SelfPlay:
         score_mean = np.zeros(b, np.float64)
         score_stdev = np.zeros(b, np.float64)
         if len(rows):
-            over_games(
-                _encode_some, b, leaves, self.leaf_work, need, symmetry, self.planes, self.glob
-            )
-            legal = F.legal_tensor_all(leaves, self.tensor, symmetry)
+            xp.encode_some(leaves, self.leaf_work, need, self.planes, self.glob, symmetry)
+            legal = xp.legal_tensor_all(leaves, self.tensor, symmetry)
             outputs = {"policy": policy_t, "value": value, "score_mean": score_mean,
                        "score_stdev": score_stdev}  # fmt: skip
-            net_rows(self.net, self.planes, self.glob, legal, rows, outputs)
+            net_rows(self.net, self.planes, self.glob, legal, rows, outputs, take=self.take,
+                     to_numpy=xp.to_numpy)  # fmt: skip
             self.evaluations += len(rows)
-        policy = F.policy_all(leaves, policy_t, symmetry)
-        centre = np.repeat(self.tree.centre, c.leaves_per_game)
-        return (policy, *leaf_values(leaves, value, score_mean, score_stdev, centre,
+        policy = xp.policy_all(leaves, policy_t, symmetry)
+        per = c.leaves_per_game
+        centre = np.repeat(self.centre, per)
+        to_move = xp.to_numpy(leaves.to_move)
+        size = np.repeat(self.roots.size, per)
+        return (policy, *leaf_values(to_move, size, value, score_mean, score_stdev, centre,
                                      c.search.score_utility))  # fmt: skip
 
     def step(self) -> list[FinishedGame]:
@@ -603,25 +649,28 @@ class SelfPlay:
             started = np.zeros(self.slots, np.bool_)
             for g in np.flatnonzero(idle):
                 started[g] = self._start(g, sides_only=True)
-            S.reset_some(self.tree, started)
+            self.xp.reset_some(self.tree, started)
+            self.state = self.xp.root_state(self.tree)
             self._leaf_rules()
             self._begin_moves(started)
-        t = self.tree
+        t, xp = self.tree, self.xp
         budget = np.where(
             self.active,
-            np.clip(self.target - t.visits[:, S.ROOT], 0, self.config.leaves_per_game),
+            np.clip(self.target - self.state.visits, 0, self.config.leaves_per_game),
             0,
         )
         if budget.any():
-            before = int(t.visits[:, S.ROOT].sum())
-            S.select_all(t, self.roots, self.leaves, self.config.search, budget)
-            self.tree_full |= (budget > 0) & (t.leaf < 0).all(axis=1)
-            S.expand_and_backup_all(t, self.leaves, *self._evaluate(self.leaves))
-            self.visits_done += int(t.visits[:, S.ROOT].sum()) - before
-            fresh = np.isnan(t.centre) & (t.visits[:, S.ROOT] > 0)
+            before = int(self.state.visits.sum())
+            self._sync()
+            xp.select_all(t, self.device_roots, self.leaves, self.config.search, budget)
+            self.state = xp.root_state(t)
+            self.tree_full |= (budget > 0) & (self.state.leaf < 0).all(axis=1)
+            xp.expand_and_backup_all(t, self.leaves, *self._evaluate(self.leaves))
+            self.state = xp.root_state(t)
+            self.visits_done += int(self.state.visits.sum()) - before
+            fresh = np.isnan(self.centre) & (self.state.visits > 0)
             if fresh.any():
-                _, _, black_lead = S.root_values(t)
-                t.centre[fresh] = black_lead[fresh]
+                self.centre[fresh] = self.state.black_lead[fresh]
             if self.noise_due.any():
                 self._apply_noise()
         self.steps += 1
@@ -639,8 +688,8 @@ class SelfPlay:
     # -- moves ---------------------------------------------------------------------------------
 
     def _finish_moves(self) -> list[FinishedGame]:
-        t = self.tree
-        done = self.active & ((t.visits[:, S.ROOT] >= self.target) | self.tree_full)
+        t, xp, state = self.tree, self.xp, self.state
+        done = self.active & ((state.visits >= self.target) | self.tree_full)
         if not done.any():
             return []
         c = self.config
@@ -648,23 +697,25 @@ class SelfPlay:
         idx = np.flatnonzero(done)
         kind = self.kind[idx]
         searched = (kind == FULL) | (kind == CHEAP)
-        _, win, black_lead = S.root_values(t)
+        win, black_lead = state.win, state.black_lead
         # Move choice.
         gumbel = c.root == "gumbel"
         if gumbel:
-            targets, kept = S.gumbel_targets_all(t, c.search, cells)
+            targets, kept = xp.gumbel_targets_all(t, c.search, cells)
         else:
-            targets, kept = S.policy_targets_all(t, c.search, cells)
+            targets, kept = xp.policy_targets_all(t, c.search, cells)
+        targets, kept = xp.to_numpy(targets), xp.to_numpy(kept)
         turn = self.roots.move_count[idx].astype(np.int64)
         moves = np.zeros(len(idx), np.int64)
         if searched.any() and gumbel:  # the Gumbel draw is the exploration: no temperature
-            moves[searched] = S.gumbel_moves_all(t, c.search)[idx[searched]]
+            moves[searched] = xp.to_numpy(xp.gumbel_moves_all(t, c.search))[idx[searched]]
         elif searched.any():
             s_idx = idx[searched]
             weights = np.where(kept[s_idx, None] > 0, targets[s_idx], 0.0)
             no_target = kept[s_idx] <= 0
             if no_target.any():  # a tree with no visit below the root: take the prior
-                weights[no_target] = S.root_priors_all(t, cells)[s_idx[no_target]]
+                priors = xp.to_numpy(xp.root_priors_all(t, cells))
+                weights[no_target] = priors[s_idx[no_target]]
             moves[searched] = S.choose_moves(
                 weights,
                 turn[searched],
@@ -676,7 +727,7 @@ class SelfPlay:
         other = ~searched
         if other.any():
             o_idx = idx[other]
-            priors = S.root_priors_all(t, cells)[o_idx].astype(np.float64)
+            priors = xp.to_numpy(xp.root_priors_all(t, cells))[o_idx].astype(np.float64)
             weights = np.where((kind[other] == FORK)[:, None], priors > 0, priors)
             # An opening or fork move is a move on the board, never a pass: a drawn pass
             # handed the opponent a won game by passing back (a third of generation 2's
@@ -716,7 +767,7 @@ class SelfPlay:
         # Per-move records for the SGF.
         self.move_kind[idx, turn] = kind
         self.move_winrate[idx, turn] = np.where(searched, (1.0 + win[idx]) / 2.0, np.nan)
-        self.move_visits[idx, turn] = t.visits[idx, S.ROOT]
+        self.move_visits[idx, turn] = state.visits[idx]
         self.opening_left[idx] = np.maximum(self.opening_left[idx] - (kind == RAW_POLICY), 0)
         # Play, keep the subtree.
         stopped = np.zeros(self.slots, np.bool_)
@@ -725,20 +776,22 @@ class SelfPlay:
         all_moves = np.zeros(self.slots, np.int64)
         all_moves[idx] = moves
         play_some(self.roots, all_moves, moving)
+        self.roots_changed = True
         if gumbel:  # a Gumbel search schedules its own visits: it starts from a fresh root
-            S.reset_some(t, moving)
+            xp.reset_some(t, moving)
         else:
-            S.reroot_some(t, self.spare, all_moves, moving)
+            xp.reroot_some(t, self.spare, all_moves, moving)
         self.moves_done += int(moving.sum())
         # Game ends.
         ended = (self.roots.passes >= 2) | (self.roots.move_count >= self.max_moves)
         over = (moving & ended) | stopped
         finished = [self._end_game(g) for g in np.flatnonzero(over)]
         if over.any():
-            S.reset_some(t, over)
+            xp.reset_some(t, over)
             for g in np.flatnonzero(over):
                 self._start(g)
             self._leaf_rules()
+        self.state = xp.root_state(t)
         self._begin_moves(done & self.active)
         return finished
 
@@ -752,10 +805,7 @@ class SelfPlay:
     def _record_rows(self, s_idx, targets, kept, win, black_lead) -> None:
         which = np.zeros(self.slots, np.bool_)
         which[s_idx] = True
-        over_games(
-            _encode_some, self.slots, self.roots, self.root_work, which,
-            np.zeros(self.slots, np.int64), self.root_planes, self.root_glob,
-        )  # fmt: skip
+        F.encode_some(self.roots, self.root_work, which, self.root_planes, self.root_glob)
         sizes = self.roots.size[s_idx]
         packed = np.zeros((len(s_idx), F.packed_length(self.layout)), np.uint8)
         policy = np.zeros((len(s_idx), self.layout * self.layout + 1), np.float32)
@@ -778,7 +828,7 @@ class SelfPlay:
             policy_weight=np.where(full, weight, 0.0),
             value_weight=weight,
             opponent_move=np.full(len(s_idx), -1),
-            visits=self.tree.visits[s_idx, S.ROOT],
+            visits=self.state.visits[s_idx],
             root_value=win[s_idx],
             root_score=mover * black_lead[s_idx],
         )
@@ -802,9 +852,9 @@ class SelfPlay:
             if kind[i] == FULL:
                 priors = self.raw_priors[g].astype(np.float64)
             else:
-                priors = S.root_priors_all(self.tree, self.roots.color.shape[1])[g].astype(
-                    np.float64
-                )
+                xp = self.xp
+                priors = xp.to_numpy(xp.root_priors_all(self.tree, self.roots.color.shape[1]))
+                priors = priors[g].astype(np.float64)
             u = self.rng.random()
             priors = priors if u < 0.7 else np.sqrt(priors) if u < 0.95 else (priors > 0) * 1.0
             priors[moves[i]] = 0.0

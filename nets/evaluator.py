@@ -53,6 +53,12 @@ class Evaluator:
             raise ValueError(f"{dtype} inference needs a CUDA device (got {self.device})")
         self.autocast_dtype = None if dtype == "float32" else getattr(torch, dtype)
 
+    @property
+    def takes_cuda_arrays(self) -> bool:
+        """Whether inputs on the GPU (__cuda_array_interface__) stay there: gocore's CUDA
+        driver then hands over its device buffers as they are."""
+        return self.device.type == "cuda"
+
     @torch.inference_mode()
     def __call__(
         self,

@@ -274,8 +274,9 @@ def play_shard(
     device, sp_params = params.device, params.selfplay
     net, model_id = evaluator_from_bytes(model, source=source, device=device, seed=shard.seed)
     sp = SelfPlay(
-        sp_params.config(), net, games=shard.games, slots=sp_params.slots, seed=shard.seed
-    )
+        sp_params.config(), net, games=shard.games, slots=sp_params.slots, seed=shard.seed,
+        device=device,
+    )  # fmt: skip
     if on_step is not None:
         sp.on_step = on_step
     files: list[bytes] = []

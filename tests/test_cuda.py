@@ -275,3 +275,78 @@ def test_search_matches_the_cpu(gpu, root):
     back = cuda_mod.to_host(device)
     for name in ("visits", "value_sum", "win_sum", "score_sum", "edge_move", "node_count"):
         assert np.array_equal(getattr(host, name), getattr(back, name)), name
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # uint64 wraps
+@pytest.mark.parametrize("root", ["gumbel", "puct"])
+def test_selfplay_on_the_device_plays_the_games_of_the_cpu(gpu, tiny_model, root):
+    """A small self-play generation with `device: cuda` (a real net; handicaps, early forks and
+    side positions drawn often): the trees, leaf boards and feature buffer live on the device,
+    and the games, their rows and the counters are the CPU's, the policy targets to float32
+    rounding (the simulator divides in float64)."""
+    import dataclasses
+
+    from gocore.selfplay import SelfPlay
+    from play.models import load_evaluator
+    from tests.conftest import default_section
+
+    config = dataclasses.replace(
+        default_section("selfplay").config(), root=root, board_sizes=((5, 1.0),),
+        full_visits=8, cheap_visits=3, decided_visits=3, handicap_probability=0.3,
+        early_fork_probability=0.5, side_position_probability=0.3,
+    )  # fmt: skip
+    net, _ = load_evaluator(tiny_model)
+    played = {}
+    for device in ("cpu", "cuda"):
+        sp = SelfPlay(config, net, games=3, slots=2, seed=5, device=device)
+        played[device] = (sp, list(sp.run()))
+    (cpu, cpu_games), (dev, dev_games) = played["cpu"], played["cuda"]
+    # Where the work happened.
+    assert isinstance(cpu.planes, np.ndarray) and not isinstance(dev.planes, np.ndarray)
+    assert not isinstance(dev.tree.visits, np.ndarray)
+    assert not isinstance(dev.leaves.color, np.ndarray)
+    counters = ("steps", "visits_done", "evaluations", "moves_done", "finished", "sides_started")
+    assert [getattr(dev, k) for k in counters] == [getattr(cpu, k) for k in counters]
+    assert cpu.finished == 3 and cpu.evaluations > 0
+    assert len(dev_games) == len(cpu_games) > 3  # side positions too
+    for a, b in zip(cpu_games, dev_games, strict=True):
+        assert a.info.moves.tolist() == b.info.moves.tolist()
+        assert a.info.kinds.tolist() == b.info.kinds.tolist()
+        assert a.info.visits.tolist() == b.info.visits.tolist()
+        assert np.array_equal(a.info.black_lead, b.info.black_lead, equal_nan=True)
+        assert sorted(a.rows) == sorted(b.rows)
+        for column, values in a.rows.items():
+            if column == "policy_target":
+                assert np.allclose(values, b.rows[column], atol=1e-6)
+            else:
+                assert np.array_equal(values, b.rows[column], equal_nan=True), column
+        weighted = a.rows["policy_weight"] > 0
+        assert np.allclose(b.rows["policy_target"][weighted].sum(axis=1), 1.0, atol=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # uint64 wraps
+@pytest.mark.parametrize("considered", [0, 4])
+def test_matches_on_the_device_play_the_games_of_the_cpu(gpu, tiny_model, considered):
+    """The gate's arena with `device: cuda` (two real nets, PUCT and Gumbel roots): the same
+    games as on the CPU, move for move, and the same scores."""
+    from gocore.arena import play_match
+    from gocore.rules import PRESETS
+    from gocore.selfplay import UniformNet
+    from play.models import load_evaluator
+    from tests.conftest import default_section
+
+    net, _ = load_evaluator(tiny_model)
+    gate = default_section("gate")
+    played = {}
+    for device in ("cpu", "cuda"):
+        games = play_match(
+            net, UniformNet(2), np.array([True, False]), size=5,
+            rules=PRESETS["chinese"].with_komi(0.5), visits=6, params=gate.search.params(),
+            leaves_per_game=2, seed=7, temperature_start=0.8, temperature_end=0.2,
+            considered=considered, device=device,
+        )  # fmt: skip
+        played[device] = [(g.a_is_black, g.black_lead, g.moves.tolist()) for g in games]
+    assert played["cuda"] == played["cpu"]
+    assert all(len(moves) > 2 for _, _, moves in played["cpu"])
