@@ -1064,14 +1064,9 @@ def root_state(t: Tree) -> RootState:
 
 def root_values(t: Tree) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Each root's mean (utility, win value, Black's expected lead) over its visits, the first
-    two for the player to move there; NaN where the root has no visits."""
-    n = t.visits[:, ROOT].astype(np.float64)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return (
-            -t.value_sum[:, ROOT] / n,
-            -t.win_sum[:, ROOT] / n,
-            t.score_sum[:, ROOT] / n,
-        )
+    two for the player to move there; NaN where the root has no visits (root_state's)."""
+    state = root_state(t)
+    return state.value, state.win, state.black_lead
 
 
 def reset_all(t: Tree) -> None:
