@@ -18,7 +18,7 @@ from gocore import selfplay as SP
 from stages.params import SelfPlayParams, load_params, section
 
 
-def _net(name: str, device: str):
+def _net(name: str, device: str, dtype: str = "float32"):
     import torch
 
     from nets.config import net_config
@@ -26,7 +26,7 @@ def _net(name: str, device: str):
     from nets.model import GoNet
 
     torch.manual_seed(0)
-    return Evaluator(GoNet(net_config(name)), device=device)
+    return Evaluator(GoNet(net_config(name)), device=device, dtype=dtype)
 
 
 def _net_inputs(sp: SP.SelfPlay, board: int, device: str):
@@ -51,22 +51,33 @@ def bench_one(
     seconds: float,
     params_path: str = "params.yaml",
     device: str = "cpu",
+    dtype: str = "float32",
+    profile: str | None = None,
 ) -> dict:
     params = section(load_params(params_path), "selfplay", SelfPlayParams, source=params_path)
     params = params.model_copy(
         update={"board_sizes": {board: 1.0}, "slots": slots, "leaves_per_game": leaves}
     )
-    evaluator = _net(net, device)
+    evaluator = _net(net, device, dtype)
     sp = SP.SelfPlay(params.config(), evaluator, games=10**9, slots=slots, seed=0, device=device)
     # Warm up: compile, fill the trees, get games past their openings.
     start = time.perf_counter()
     while time.perf_counter() - start < min(seconds, 5.0) or sp.steps < 5:
         sp.step()
-    visits0, moves0, evals0 = sp.visits_done, sp.moves_done, sp.evaluations
+    visits0, moves0, evals0, steps0 = sp.visits_done, sp.moves_done, sp.evaluations, sp.steps
+    profiler = None
+    if profile:
+        import cProfile
+
+        profiler = cProfile.Profile()
+        profiler.enable()
     start = time.perf_counter()
     while time.perf_counter() - start < seconds:
         sp.step()
     elapsed = time.perf_counter() - start
+    if profiler is not None:
+        profiler.disable()
+        _write_profile(profiler, profile, f"{net} {board}x{board}, {slots} games, {device}")
     visits = (sp.visits_done - visits0) / elapsed
     # The network alone, on the batch self-play just encoded (on the GPU: its device buffer).
     planes, glob, legal, sync = _net_inputs(sp, board, device)
@@ -86,6 +97,8 @@ def bench_one(
         "leaves_per_game": leaves,
         "batch": slots * leaves,
         "device": device,
+        "dtype": dtype,
+        "steps_per_s": round((sp.steps - steps0) / elapsed, 2),
         "selfplay_visits_per_s": round(visits, 1),
         "selfplay_moves_per_s": round((sp.moves_done - moves0) / elapsed, 2),
         "evaluations_per_visit": round(
@@ -96,24 +109,48 @@ def bench_one(
     }
 
 
+def _write_profile(profiler, path: str, title: str) -> None:
+    """The profile's 40 costliest functions by own time and by cumulative time, as text: where
+    a self-play step's host time goes (on a GPU, waits for the device show in the copies)."""
+    import io
+    import pstats
+
+    text = io.StringIO()
+    text.write(f"self-play's timed loop: {title}\n")
+    stats = pstats.Stats(profiler, stream=text)
+    stats.sort_stats("tottime").print_stats(40)
+    stats.sort_stats("cumulative").print_stats(40)
+    with open(path, "w") as f:
+        f.write(text.getvalue())
+
+
 def bench_selfplay(
     runs=(("b6c96", 9), ("b2c16", 9), ("b6c96", 19)),
     *,
-    slots: int = 32,
+    slots=(32,),
     leaves: int = 2,
     seconds: float = 10.0,
     params_path: str = "params.yaml",
     device: str = "cpu",
+    dtypes=("float32",),
+    profile: str | None = None,
 ):
+    """One row per run, slot count and dtype, in one process (the kernels compile once);
+    `profile` writes the first row's cProfile of its timed loop to that file."""
+    first = True
     for net, board in runs:
-        yield bench_one(
-            net, board, slots=slots, leaves=leaves, seconds=seconds, params_path=params_path,
-            device=device,
-        )  # fmt: skip
+        for n in slots:
+            for dtype in dtypes:
+                yield bench_one(
+                    net, board, slots=n, leaves=leaves, seconds=seconds,
+                    params_path=params_path, device=device, dtype=dtype,
+                    profile=profile if first else None,
+                )  # fmt: skip
+                first = False
 
 
 HEADER = (
-    f"{'net':>7} {'board':>5} {'games':>5} {'batch':>5} {'device':>6} {'visits/s':>9} "
+    f"{'net':>7} {'board':>5} {'games':>5} {'batch':>5} {'device':>6} {'dtype':>8} {'visits/s':>9} "
     f"{'moves/s':>8} {'net evals/s':>11} {'efficiency':>10}"
 )
 
@@ -121,7 +158,7 @@ HEADER = (
 def format_row(r: dict) -> str:
     return (
         f"{r['net']:>7} {r['board']:>3}x{r['board']:<2}"[:14].rjust(14)
-        + f" {r['games_in_parallel']:>5} {r['batch']:>5} {r['device']:>6} "
+        + f" {r['games_in_parallel']:>5} {r['batch']:>5} {r['device']:>6} {r['dtype']:>8} "
         f"{r['selfplay_visits_per_s']:>9,.0f} {r['selfplay_moves_per_s']:>8,.1f} "
         f"{r['net_only_evals_per_s']:>11,.0f} {r['efficiency']:>10.1%}"
     )

@@ -852,7 +852,9 @@ def bench_selfplay(
     runs: Annotated[
         str, typer.Option(help="net:board pairs, comma separated.")
     ] = "b6c96:9,b2c16:9,b6c96:19",
-    slots: Annotated[int, typer.Option(help="Games played at once.")] = 32,
+    slots: Annotated[
+        str, typer.Option(help="Games played at once; several, comma separated, in one process.")
+    ] = "32",
     leaves: Annotated[int, typer.Option(help="Leaves per game per network batch.")] = 2,
     params: Annotated[str, typer.Option(help="The params.yaml to take selfplay from.")] = (
         "params.yaml"
@@ -860,11 +862,39 @@ def bench_selfplay(
     device: Annotated[
         str, typer.Option(help="Where the search, the rules and the network run: cpu or cuda.")
     ] = "cpu",
+    dtype: Annotated[
+        str,
+        typer.Option(
+            help="The net's arithmetic on a GPU: float32, bfloat16 or float16; several, comma "
+            "separated."
+        ),
+    ] = "float32",
+    profile: Annotated[
+        str | None,
+        typer.Option(help="Write a cProfile of the first row's timed self-play to this file."),
+    ] = None,
 ) -> None:
     """Self-play visits per second beside the same net's evaluations per second, no search."""
     from flows.bench_selfplay import HEADER, format_row
     from flows.bench_selfplay import bench_selfplay as run
     from nets.config import SIZES
+
+    slot_counts = [s.strip() for s in slots.split(",")]
+    if not all(s.isdigit() and int(s) > 0 for s in slot_counts):
+        raise typer.BadParameter(
+            f"expected positive game counts, comma separated (got {slots!r})", param_hint="--slots"
+        )
+    dtypes = [d.strip() for d in dtype.split(",")]
+    for d in dtypes:
+        if d not in ("float32", "bfloat16", "float16"):
+            raise typer.BadParameter(
+                f"expected float32, bfloat16 or float16 (got {d!r})", param_hint="--dtype"
+            )
+        if d != "float32" and device == "cpu":
+            raise typer.BadParameter(
+                f"{d} runs on a GPU only (--device cuda); the CPU evaluates in float32",
+                param_hint="--dtype",
+            )
 
     pairs = []
     for item in runs.split(","):
@@ -879,8 +909,9 @@ def bench_selfplay(
     rows = []
     if not as_json:
         print(HEADER, flush=True)
-    for row in run(pairs, slots=slots, leaves=leaves, seconds=seconds, params_path=params,
-                   device=device):  # fmt: skip
+    for row in run(pairs, slots=[int(s) for s in slot_counts], leaves=leaves, seconds=seconds,
+                   params_path=params, device=device, dtypes=dtypes,
+                   profile=profile):  # fmt: skip
         rows.append(row)
         if not as_json:
             print(format_row(row), flush=True)
