@@ -60,10 +60,15 @@ def bench_one(
     )
     evaluator = _net(net, device, dtype)
     sp = SP.SelfPlay(params.config(), evaluator, games=10**9, slots=slots, seed=0, device=device)
-    # Warm up: compile, fill the trees, get games past their openings.
+    # Warm up: compile, fill the trees, get games past their openings. Progress goes to stderr
+    # as it happens (on a GPU the first step compiles the kernels, which can take minutes).
+    label = f"{net} {board}x{board}, {slots} games, {device} {dtype}"
     start = time.perf_counter()
+    sp.step()
+    _note(f"{label}: first step (compiles what is not cached) {time.perf_counter() - start:.1f} s")
     while time.perf_counter() - start < min(seconds, 5.0) or sp.steps < 5:
         sp.step()
+    _note(f"{label}: warmed up, {sp.steps} steps in {time.perf_counter() - start:.1f} s")
     visits0, moves0, evals0, steps0 = sp.visits_done, sp.moves_done, sp.evaluations, sp.steps
     profiler = None
     if profile:
@@ -77,7 +82,17 @@ def bench_one(
     elapsed = time.perf_counter() - start
     if profiler is not None:
         profiler.disable()
-        _write_profile(profiler, profile, f"{net} {board}x{board}, {slots} games, {device}")
+        _write_profile(profiler, profile, label)
+    # Where a step's time goes: a shorter second run with each phase timed (the device is
+    # synchronized around each, which removes any overlap of host and device work).
+    sp.phase_seconds = {}
+    steps1 = sp.steps
+    start1 = time.perf_counter()
+    while time.perf_counter() - start1 < max(1.0, seconds / 2):
+        sp.step()
+    phase_steps = sp.steps - steps1
+    phases = {k: round(1000 * v / phase_steps, 3) for k, v in sp.phase_seconds.items()}
+    sp.phase_seconds = None
     visits = (sp.visits_done - visits0) / elapsed
     # The network alone, on the batch self-play just encoded (on the GPU: its device buffer).
     planes, glob, legal, sync = _net_inputs(sp, board, device)
@@ -106,7 +121,14 @@ def bench_one(
         ),
         "net_only_evals_per_s": round(net_rate, 1),
         "efficiency": round(visits / net_rate, 4),
+        "ms_per_step": phases,
     }
+
+
+def _note(text: str) -> None:
+    import sys
+
+    print(text, file=sys.stderr, flush=True)
 
 
 def _write_profile(profiler, path: str, title: str) -> None:
@@ -161,6 +183,8 @@ def format_row(r: dict) -> str:
         + f" {r['games_in_parallel']:>5} {r['batch']:>5} {r['device']:>6} {r['dtype']:>8} "
         f"{r['selfplay_visits_per_s']:>9,.0f} {r['selfplay_moves_per_s']:>8,.1f} "
         f"{r['net_only_evals_per_s']:>11,.0f} {r['efficiency']:>10.1%}"
+        + "\n    ms a step: "
+        + ", ".join(f"{k} {v:.2f}" for k, v in r["ms_per_step"].items())
     )
 
 

@@ -72,7 +72,7 @@ _UNSEEN = -1
 _QUEUED = -2
 
 _zobrist_rng = np.random.default_rng(0x7E46E4)
-ZOBRIST = _zobrist_rng.integers(1, np.iinfo(np.uint64).max, size=(4, MAX_AREA), dtype=np.uint64)
+_ZOBRIST_SEED = _zobrist_rng.integers(1, np.iinfo(np.uint64).max, dtype=np.uint64)
 ZOBRIST_SIDE = _zobrist_rng.integers(1, np.iinfo(np.uint64).max, size=3, dtype=np.uint64)
 # The empty board's hash is not zero, so that zero can mark free slots of the history table.
 EMPTY_BOARD_HASH = _zobrist_rng.integers(1, np.iinfo(np.uint64).max, dtype=np.uint64)
@@ -305,12 +305,30 @@ def _first_sighting(head, seen0, seen1, seen2):
     return True, seen0, seen1, head
 
 
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+
+
+@kernel
+def zobrist(c, p):
+    """The Zobrist key of a c stone at point p: splitmix64 (Steele et al.) of the pair, computed
+    rather than read from a [colour, point] table. A table is a constant array, and numba-cuda
+    gives each device function that reads one its own copy: the five that play a move took
+    the play kernel past the GPU's 64 KiB of constant memory (13 KiB each). Distinct and
+    non-zero for every (colour, point) of a 19x19 board (tested)."""
+    z = np.uint64(np.int64(c) * MAX_AREA + p) * _GOLDEN + _ZOBRIST_SEED
+    z = (z ^ (z >> np.uint64(30))) * _MIX1
+    z = (z ^ (z >> np.uint64(27))) * _MIX2
+    return z ^ (z >> np.uint64(31))
+
+
 @kernel
 def _hash_after(b, g, p, c, suicide):
     """The hash after c plays at p: its captures removed, or its own groups if it is a suicide."""
     stride = b.stride
     removed = c if suicide else 3 - c
-    h = b.hash[g] ^ ZOBRIST[c, p]
+    h = b.hash[g] ^ zobrist(c, p)
     seen0 = -1
     seen1 = -1
     seen2 = -1
@@ -323,12 +341,12 @@ def _hash_after(b, g, p, c, suicide):
             continue
         s = head
         while True:
-            h ^= ZOBRIST[removed, s]
+            h ^= zobrist(removed, s)
             s = np.int64(b.group_next[g, s])
             if s == head:
                 break
     if suicide:
-        h ^= ZOBRIST[c, p]
+        h ^= zobrist(c, p)
     return h
 
 
@@ -411,7 +429,7 @@ def _remove_group(b, g, start):
     s = start
     while True:
         b.color[g, s] = EMPTY
-        b.hash[g] ^= ZOBRIST[c, s]
+        b.hash[g] ^= zobrist(c, s)
         removed += 1
         # The emptied point is a new liberty of each distinct neighbouring opponent group.
         seen0 = -1
@@ -443,7 +461,7 @@ def place_stone(b, g, p, c):
         if b.color[g, q] == EMPTY:
             libs += 1
     b.group_libs[g, p] = libs
-    b.hash[g] ^= ZOBRIST[c, p]
+    b.hash[g] ^= zobrist(c, p)
 
     captured = 0
     ko_candidate = NO_POINT
@@ -555,7 +573,7 @@ def recompute_hash(b, g):
     for p in range(b.color.shape[1]):
         c = b.color[g, p]
         if c == BLACK or c == WHITE:
-            h ^= ZOBRIST[c, p]
+            h ^= zobrist(c, p)
     return h
 
 

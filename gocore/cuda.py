@@ -19,6 +19,7 @@ to PTX without a GPU (needs NVVM from the CUDA toolkit wheels).
 from __future__ import annotations
 
 import functools
+import re
 import sys
 import types
 
@@ -579,9 +580,21 @@ def _as_device(x):
     return cuda.as_cuda_array(x) if not hasattr(x, "copy_to_host") else x
 
 
-def compile_ptx(cc: tuple[int, int] = (9, 0)) -> dict[str, int]:
+# A kernel's constant data (`.const` arrays: module-level numpy arrays its code reads) must fit
+# the GPU's constant bank: ptxas refuses more when it links the kernel, at its first launch.
+CONST_LIMIT = 64 * 1024
+_CONST_DECL = re.compile(r"^\s*\.const\s+(?:\.align\s+\d+\s+)?\.[busf](\d+)\s+\S+\[(\d+)\]", re.M)
+
+
+def const_bytes(ptx: str) -> int:
+    """Bytes of constant data a PTX module declares."""
+    return sum(int(bits) // 8 * int(n) for bits, n in _CONST_DECL.findall(ptx))
+
+
+def compile_ptx(cc: tuple[int, int] = (9, 0)) -> dict[str, tuple[int, int]]:
     """Compile every entry point to PTX for compute capability `cc`, without a GPU. Returns the
-    PTX size of each. Checks that the kernels are valid CUDA code, which the simulator cannot."""
+    PTX size and the constant data of each. Checks that the kernels are valid CUDA code, which
+    the simulator cannot, and can fit the constant bank (`CONST_LIMIT`)."""
     import numba
 
     b = board.new_boards(2, 9)
@@ -628,7 +641,7 @@ def compile_ptx(cc: tuple[int, int] = (9, 0)) -> dict[str, int]:
     for name, entry in ENTRIES.items():
         signature = tuple(numba.typeof(arg) for arg in samples[name])
         ptx, _ = cuda.compile_ptx(_rebuilt_entry(entry.py_func), signature, cc=cc)
-        sizes[name] = len(ptx)
+        sizes[name] = (len(ptx), const_bytes(ptx))
     return sizes
 
 
@@ -637,8 +650,16 @@ def main(argv: list[str] | None = None) -> int:
     if argv != ["--ptx"]:
         print("usage: python -m gocore.cuda --ptx", file=sys.stderr)
         return 2
-    for name, size in compile_ptx().items():
-        print(f"{name}: {size} bytes of PTX")
+    over = []
+    for name, (size, const) in compile_ptx().items():
+        print(f"{name}: {size} bytes of PTX, {const} bytes of constant data")
+        if const > CONST_LIMIT:
+            over.append(name)
+    if over:
+        print(
+            f"over the {CONST_LIMIT} bytes of constant memory: {', '.join(over)}", file=sys.stderr
+        )
+        return 1
     return 0
 
 

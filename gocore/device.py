@@ -49,6 +49,7 @@ class Backend:
     root_priors_all: Callable  # (t, area) -> [G, area] priors
     root_state: Callable  # (t) -> search.RootState, on the host
     new_rng: Callable  # (games, seed) -> [G] uint64 generator states on this device
+    synchronize: Callable  # () -> None: wait for the work queued on this device (for timing)
 
 
 def _upload_cpu(host: np.ndarray, array: np.ndarray) -> None:
@@ -82,6 +83,7 @@ def _cpu() -> Backend:
         mirror=_mirror_cpu,
         **_search_api(search),
         new_rng=playout.new_rng,
+        synchronize=lambda: None,
     )
 
 
@@ -140,6 +142,7 @@ def _cuda() -> Backend:
         mirror=gpu.mirror,
         **_search_api(gpu),
         new_rng=new_rng,
+        synchronize=gpu.cuda.synchronize,
     )
 
 

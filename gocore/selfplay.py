@@ -33,8 +33,10 @@ generation 0. gocore never imports torch.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
+import time
 from collections.abc import Callable, Iterator
 
 import numpy as np
@@ -442,6 +444,9 @@ class SelfPlay:
         self.visits_done = 0
         self.moves_done = 0
         self.evaluations = 0
+        # Seconds per phase of a step, when timed (a dict: `bench selfplay` sets it); the
+        # device is synchronized around each phase, so its queued kernels count where they ran.
+        self.phase_seconds: dict[str, float] | None = None
         # Board-local index maps: padded point of (row-major) index i of a size x size board,
         # PASS last.
         self.local_points = {
@@ -607,6 +612,21 @@ class SelfPlay:
             need[:, i] &= ~(leaf[:, :i] == leaf[:, i : i + 1]).any(axis=1)
         return need.reshape(-1)
 
+    @contextlib.contextmanager
+    def _phase(self, name: str):
+        """Time the block as phase `name` when `phase_seconds` is set (else nothing)."""
+        if self.phase_seconds is None:
+            yield
+            return
+        self.xp.synchronize()
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.xp.synchronize()
+            spent = time.perf_counter() - start
+            self.phase_seconds[name] = self.phase_seconds.get(name, 0.0) + spent
+
     def _evaluate(self, leaves: Boards):
         """One network call for the leaves that need it; returns the search's leaf values."""
         c, xp = self.config, self.xp
@@ -619,40 +639,45 @@ class SelfPlay:
         score_mean = np.zeros(b, np.float64)
         score_stdev = np.zeros(b, np.float64)
         if len(rows):
-            xp.encode_some(leaves, self.leaf_work, need, self.planes, self.glob, symmetry)
-            legal = xp.legal_tensor_all(leaves, self.tensor, symmetry)
+            with self._phase("encode"):
+                xp.encode_some(leaves, self.leaf_work, need, self.planes, self.glob, symmetry)
+                legal = xp.legal_tensor_all(leaves, self.tensor, symmetry)
             outputs = {"policy": policy_t, "value": value, "score_mean": score_mean,
                        "score_stdev": score_stdev}  # fmt: skip
-            net_rows(self.net, self.planes, self.glob, legal, rows, outputs, take=self.take,
-                     to_numpy=xp.to_numpy)  # fmt: skip
+            with self._phase("net"):
+                net_rows(self.net, self.planes, self.glob, legal, rows, outputs, take=self.take,
+                         to_numpy=xp.to_numpy)  # fmt: skip
             self.evaluations += len(rows)
-        policy = xp.policy_all(leaves, policy_t, symmetry)
-        per = c.leaves_per_game
-        centre = np.repeat(self.centre, per)
-        to_move = xp.to_numpy(leaves.to_move)
-        size = np.repeat(self.roots.size, per)
-        return (policy, *leaf_values(to_move, size, value, score_mean, score_stdev, centre,
-                                     c.search.score_utility))  # fmt: skip
+        with self._phase("leaf values"):
+            policy = xp.policy_all(leaves, policy_t, symmetry)
+            per = c.leaves_per_game
+            centre = np.repeat(self.centre, per)
+            to_move = xp.to_numpy(leaves.to_move)
+            size = np.repeat(self.roots.size, per)
+            values = leaf_values(to_move, size, value, score_mean, score_stdev, centre,
+                                 c.search.score_utility)  # fmt: skip
+        return (policy, *values)
 
     def step(self) -> list[FinishedGame]:
         """One lockstep step: finish the searches that are done (moves, rows, game ends), then
         one batch of leaves for every searching slot. Returns the games that ended."""
-        if self.steps == 0:
-            for g in range(self.slots):
-                self._start(g)
-            self._leaf_rules()
-            self._begin_moves(self.active.copy())
-        finished = self._finish_moves()
-        idle = ~self.active
-        if idle.any() and self.side_info:
-            # Side positions queued after the games ran out take the idle slots.
-            started = np.zeros(self.slots, np.bool_)
-            for g in np.flatnonzero(idle):
-                started[g] = self._start(g, sides_only=True)
-            self.xp.reset_some(self.tree, started)
-            self.state = self.xp.root_state(self.tree)
-            self._leaf_rules()
-            self._begin_moves(started)
+        with self._phase("moves"):  # moves, rows and game ends: the host's control
+            if self.steps == 0:
+                for g in range(self.slots):
+                    self._start(g)
+                self._leaf_rules()
+                self._begin_moves(self.active.copy())
+            finished = self._finish_moves()
+            idle = ~self.active
+            if idle.any() and self.side_info:
+                # Side positions queued after the games ran out take the idle slots.
+                started = np.zeros(self.slots, np.bool_)
+                for g in np.flatnonzero(idle):
+                    started[g] = self._start(g, sides_only=True)
+                self.xp.reset_some(self.tree, started)
+                self.state = self.xp.root_state(self.tree)
+                self._leaf_rules()
+                self._begin_moves(started)
         t, xp = self.tree, self.xp
         budget = np.where(
             self.active,
@@ -661,18 +686,22 @@ class SelfPlay:
         )
         if budget.any():
             before = int(self.state.visits.sum())
-            self._sync()
-            xp.select_all(t, self.device_roots, self.leaves, self.config.search, budget)
-            self.state = xp.root_state(t)
+            with self._phase("select"):
+                self._sync()
+                xp.select_all(t, self.device_roots, self.leaves, self.config.search, budget)
+                self.state = xp.root_state(t)
             self.tree_full |= (budget > 0) & (self.state.leaf < 0).all(axis=1)
-            xp.expand_and_backup_all(t, self.leaves, *self._evaluate(self.leaves))
-            self.state = xp.root_state(t)
+            evaluated = self._evaluate(self.leaves)
+            with self._phase("backup"):
+                xp.expand_and_backup_all(t, self.leaves, *evaluated)
+                self.state = xp.root_state(t)
             self.visits_done += int(self.state.visits.sum()) - before
             fresh = np.isnan(self.centre) & (self.state.visits > 0)
             if fresh.any():
                 self.centre[fresh] = self.state.black_lead[fresh]
             if self.noise_due.any():
-                self._apply_noise()
+                with self._phase("moves"):
+                    self._apply_noise()
         self.steps += 1
         if self.on_step is not None:
             self.on_step(self)

@@ -66,10 +66,15 @@ def test_bench_features_rejects_bad_sizes():
 def test_bench_selfplay_json_shape():
     result = run_cli(
         "bench", "selfplay", "--json", "--seconds", "0.5", "--runs", "b2c16:5",
-        "--slots", "4", "--leaves", "2",
+        "--slots", "4,6", "--leaves", "2",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    (row,) = json.loads(result.stdout)
+    row, six = json.loads(result.stdout)
+    assert (six["games_in_parallel"], six["batch"]) == (6, 12)
+    # The step's phases, each timed: the search's, the encoder's, the net's and the host's.
+    assert set(row["ms_per_step"]) == {"moves", "select", "encode", "net", "leaf values", "backup"}
+    assert all(ms > 0 for ms in row["ms_per_step"].values())
+    assert "first step" in result.stderr and "warmed up" in result.stderr
     assert {
         "net", "board", "games_in_parallel", "device", "selfplay_visits_per_s",
         "net_only_evals_per_s", "efficiency",
@@ -84,6 +89,10 @@ def test_bench_selfplay_json_shape():
 def test_bench_selfplay_rejects_bad_runs():
     result = run_cli("bench", "selfplay", "--runs", "b6c96:nine")
     assert result.returncode != 0 and "net:board pairs" in result.stderr
+    result = run_cli("bench", "selfplay", "--slots", "32,none")
+    assert result.returncode == 2 and "positive game counts" in result.stderr
+    result = run_cli("bench", "selfplay", "--dtype", "bfloat16")
+    assert result.returncode == 2 and "runs on a GPU only" in result.stderr
 
 
 @pytest.mark.slow

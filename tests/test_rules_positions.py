@@ -25,6 +25,14 @@ from tests.conftest import (
 )
 
 
+def test_zobrist_keys_are_distinct_and_not_zero():
+    """The keys of every stone on every point of the largest board: a repeat would make two
+    positions one for superko, a zero key a stone the hash cannot see."""
+    keys = {int(gb.zobrist(c, p)) for c in (BLACK, WHITE) for p in range(gb.MAX_AREA)}
+    assert len(keys) == 2 * gb.MAX_AREA and 0 not in keys
+    assert int(gb.EMPTY_BOARD_HASH) not in keys
+
+
 def test_capture_and_liberties_on_a_small_board():
     game = game_from_diagram(
         """
