@@ -99,11 +99,19 @@ def _rebuilt_entry(fn):
 
 
 def _entry(fn):
-    """Compile an entry point written over CPU kernel names as a CUDA kernel (lazily)."""
+    """Compile an entry point written over CPU kernel names as a CUDA kernel (lazily).
+
+    On a GPU the kernel is cached on disk (numba-cuda's `cache=True`, one file per compute
+    capability) in gocore.jit's cache folder, whose name is a digest of every gocore kernel
+    source and of this file: numba checks only this file's date, so an edit to a device
+    function elsewhere would otherwise load a stale kernel. Every stage is its own process,
+    and the biggest kernels (the encoder's, the search's select) take NVVM tens of seconds."""
 
     @functools.cache
     def compiled():
-        return cuda.jit(_rebuilt_entry(fn))
+        if simulated():
+            return cuda.jit(_rebuilt_entry(fn))
+        return cuda.jit(_rebuilt_entry(fn), cache=True)
 
     compiled.py_func = fn
     return compiled

@@ -136,5 +136,8 @@ def test_the_kernel_cache_is_named_by_every_kernel_source():
     names = {path.name for path in kernel_sources()}
     # board.py's kernels are inlined into playout.py's drivers: both, and what they import.
     assert {"jit.py", "board.py", "playout.py", "rules.py"} <= names
+    # The CUDA kernels are cached in the same folder (gocore/cuda.py): their device functions
+    # are every other kernel source, so the digest must cover them all, and cuda.py.
+    assert {"cuda.py", "features.py", "search.py"} <= names
     assert "gtp.py" not in names and "sgf.py" not in names
     assert CACHE_DIR.name.startswith("gocore-")
