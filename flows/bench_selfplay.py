@@ -80,6 +80,9 @@ def bench_one(
     while time.perf_counter() - start < seconds:
         sp.step()
     elapsed = time.perf_counter() - start
+    # The timed loop's counts, before the phase run below adds to them.
+    visits, moves, evals, steps = (sp.visits_done - visits0, sp.moves_done - moves0,
+                                   sp.evaluations - evals0, sp.steps - steps0)  # fmt: skip
     if profiler is not None:
         profiler.disable()
         _write_profile(profiler, profile, label)
@@ -93,7 +96,7 @@ def bench_one(
     phase_steps = sp.steps - steps1
     phases = {k: round(1000 * v / phase_steps, 3) for k, v in sp.phase_seconds.items()}
     sp.phase_seconds = None
-    visits = (sp.visits_done - visits0) / elapsed
+    visit_rate = visits / elapsed
     # The network alone, on the batch self-play just encoded (on the GPU: its device buffer).
     planes, glob, legal, sync = _net_inputs(sp, board, device)
     evaluator(planes, glob, legal=legal)
@@ -113,14 +116,12 @@ def bench_one(
         "batch": slots * leaves,
         "device": device,
         "dtype": dtype,
-        "steps_per_s": round((sp.steps - steps0) / elapsed, 2),
-        "selfplay_visits_per_s": round(visits, 1),
-        "selfplay_moves_per_s": round((sp.moves_done - moves0) / elapsed, 2),
-        "evaluations_per_visit": round(
-            (sp.evaluations - evals0) / max(1, sp.visits_done - visits0), 3
-        ),
+        "steps_per_s": round(steps / elapsed, 2),
+        "selfplay_visits_per_s": round(visit_rate, 1),
+        "selfplay_moves_per_s": round(moves / elapsed, 2),
+        "evaluations_per_visit": round(evals / max(1, visits), 3),
         "net_only_evals_per_s": round(net_rate, 1),
-        "efficiency": round(visits / net_rate, 4),
+        "efficiency": round(visit_rate / net_rate, 4),
         "ms_per_step": phases,
     }
 
