@@ -66,28 +66,21 @@ def bench_one(
     start = time.perf_counter()
     sp.step()
     _note(f"{label}: first step (compiles what is not cached) {time.perf_counter() - start:.1f} s")
+    start = time.perf_counter()
     while time.perf_counter() - start < min(seconds, 5.0) or sp.steps < 5:
         sp.step()
-    _note(f"{label}: warmed up, {sp.steps} steps in {time.perf_counter() - start:.1f} s")
+    _note(f"{label}: warmed up, {sp.steps} steps, the last {time.perf_counter() - start:.1f} s")
     visits0, moves0, evals0, steps0 = sp.visits_done, sp.moves_done, sp.evaluations, sp.steps
-    profiler = None
-    if profile:
-        import cProfile
-
-        profiler = cProfile.Profile()
-        profiler.enable()
     start = time.perf_counter()
     while time.perf_counter() - start < seconds:
         sp.step()
     elapsed = time.perf_counter() - start
-    # The timed loop's counts, before the phase run below adds to them.
+    # The timed loop's counts, before the runs below add to them.
     visits, moves, evals, steps = (sp.visits_done - visits0, sp.moves_done - moves0,
                                    sp.evaluations - evals0, sp.steps - steps0)  # fmt: skip
-    if profiler is not None:
-        profiler.disable()
-        _write_profile(profiler, profile, label)
     # Where a step's time goes: a shorter second run with each phase timed (the device is
-    # synchronized around each, which removes any overlap of host and device work).
+    # synchronized around each, which removes any overlap of host and device work; a step's
+    # own bookkeeping between the phases is the rest of `step`).
     sp.phase_seconds = {}
     steps1 = sp.steps
     start1 = time.perf_counter()
@@ -95,7 +88,18 @@ def bench_one(
         sp.step()
     phase_steps = sp.steps - steps1
     phases = {k: round(1000 * v / phase_steps, 3) for k, v in sp.phase_seconds.items()}
+    phases["step"] = round(1000 * (time.perf_counter() - start1) / phase_steps, 3)
     sp.phase_seconds = None
+    if profile:  # a third run under cProfile, so that its overhead touches no figure above
+        import cProfile
+
+        profiler = cProfile.Profile()
+        profiler.enable()
+        start2 = time.perf_counter()
+        while time.perf_counter() - start2 < max(1.0, seconds / 2):
+            sp.step()
+        profiler.disable()
+        _write_profile(profiler, profile, label)
     visit_rate = visits / elapsed
     # The network alone, on the batch self-play just encoded (on the GPU: its device buffer).
     planes, glob, legal, sync = _net_inputs(sp, board, device)
@@ -139,7 +143,7 @@ def _write_profile(profiler, path: str, title: str) -> None:
     import pstats
 
     text = io.StringIO()
-    text.write(f"self-play's timed loop: {title}\n")
+    text.write(f"self-play under cProfile, after the timed runs: {title}\n")
     stats = pstats.Stats(profiler, stream=text)
     stats.sort_stats("tottime").print_stats(40)
     stats.sort_stats("cumulative").print_stats(40)
@@ -159,7 +163,7 @@ def bench_selfplay(
     profile: str | None = None,
 ):
     """One row per run, slot count and dtype, in one process (the kernels compile once);
-    `profile` writes the first row's cProfile of its timed loop to that file."""
+    `profile` writes the first row's cProfile (of a run after its timed ones) to that file."""
     first = True
     for net, board in runs:
         for n in slots:
@@ -184,7 +188,7 @@ def format_row(r: dict) -> str:
         + f" {r['games_in_parallel']:>5} {r['batch']:>5} {r['device']:>6} {r['dtype']:>8} "
         f"{r['selfplay_visits_per_s']:>9,.0f} {r['selfplay_moves_per_s']:>8,.1f} "
         f"{r['net_only_evals_per_s']:>11,.0f} {r['efficiency']:>10.1%}"
-        + "\n    ms a step: "
+        + f"\n    {r['steps_per_s']:,.1f} steps/s; timed apart, ms a step: "
         + ", ".join(f"{k} {v:.2f}" for k, v in r["ms_per_step"].items())
     )
 

@@ -871,7 +871,7 @@ def bench_selfplay(
     ] = "float32",
     profile: Annotated[
         str | None,
-        typer.Option(help="Write a cProfile of the first row's timed self-play to this file."),
+        typer.Option(help="Write a cProfile of the first row's self-play to this file."),
     ] = None,
 ) -> None:
     """Self-play visits per second beside the same net's evaluations per second, no search."""

@@ -317,7 +317,7 @@ def zobrist(c, p):
     gives each device function that reads one its own copy: the five that play a move took
     the play kernel past the GPU's 64 KiB of constant memory (13 KiB each). Distinct and
     non-zero for every (colour, point) of a 19x19 board (tested)."""
-    z = np.uint64(np.int64(c) * MAX_AREA + p) * _GOLDEN + _ZOBRIST_SEED
+    z = np.uint64((np.int64(p) << 2) | np.int64(c)) * _GOLDEN + _ZOBRIST_SEED
     z = (z ^ (z >> np.uint64(30))) * _MIX1
     z = (z ^ (z >> np.uint64(27))) * _MIX2
     return z ^ (z >> np.uint64(31))

@@ -19,9 +19,11 @@ to PTX without a GPU (needs NVVM from the CUDA toolkit wheels).
 from __future__ import annotations
 
 import functools
+import os
 import re
 import sys
 import types
+import warnings
 
 import numpy as np
 
@@ -98,20 +100,70 @@ def _rebuilt_entry(fn):
     return types.FunctionType(fn.__code__, namespace, fn.__name__)
 
 
-def _entry(fn):
-    """Compile an entry point written over CPU kernel names as a CUDA kernel (lazily).
+def disk_cache(py_func):
+    """numba-cuda's on-disk cache for the kernel of `py_func`, or None (with a warning) where it
+    would not live in gocore.jit's cache folder, or TENGEN_CUDA_CACHE=0.
 
-    On a GPU the kernel is cached on disk (numba-cuda's `cache=True`, one file per compute
-    capability) in gocore.jit's cache folder, whose name is a digest of every gocore kernel
-    source and of this file: numba checks only this file's date, so an edit to a device
-    function elsewhere would otherwise load a stale kernel. Every stage is its own process,
-    and the biggest kernels (the encoder's, the search's select) take NVVM tens of seconds."""
+    The folder's name is a digest of every gocore kernel source, this file included; numba's
+    own key covers only this file (its date and size) and the entry's bytecode, so an edit to
+    a device function elsewhere would load a stale kernel from any other folder (numba falls
+    back to __pycache__ or a user-wide folder when the first is not writable). A cache that
+    fails to read or write warns and compiles instead of failing the stage: every stage is its
+    own process, and the biggest kernels take NVVM tens of seconds each."""
+    if simulated() or os.environ.get("TENGEN_CUDA_CACHE", "1") == "0":
+        return None
+    try:
+        cache = _safe_cache_class()(py_func)
+    except Exception as e:  # noqa: BLE001 - no writable folder, or another numba-cuda
+        warnings.warn(f"CUDA kernels not cached on disk: {e}", stacklevel=2)
+        return None
+    folder = os.path.realpath(jit.CACHE_DIR)
+    if os.path.commonpath([os.path.realpath(cache.cache_path), folder]) != folder:
+        warnings.warn(
+            f"CUDA kernels not cached on disk: {jit.CACHE_DIR} is not writable "
+            f"(numba chose {cache.cache_path})",
+            stacklevel=2,
+        )
+        return None
+    return cache
+
+
+@functools.cache
+def _safe_cache_class():
+    from numba.cuda.dispatcher import CUDACache
+
+    class SafeCache(CUDACache):
+        """CUDACache whose read and write failures warn and fall back to compiling."""
+
+        def load_overload(self, sig, target_context):
+            try:
+                return super().load_overload(sig, target_context)
+            except Exception as e:  # noqa: BLE001 - a corrupt or foreign file
+                warnings.warn(
+                    f"a cached CUDA kernel could not be read ({e}); compiling", stacklevel=2
+                )
+                return None
+
+        def save_overload(self, sig, data):
+            try:
+                super().save_overload(sig, data)
+            except Exception as e:  # noqa: BLE001 - disk full, permissions, pickling
+                warnings.warn(f"a CUDA kernel could not be cached ({e})", stacklevel=2)
+
+    return SafeCache
+
+
+def _entry(fn):
+    """Compile an entry point written over CPU kernel names as a CUDA kernel (lazily), cached
+    on disk on a GPU (`disk_cache`)."""
 
     @functools.cache
     def compiled():
-        if simulated():
-            return cuda.jit(_rebuilt_entry(fn))
-        return cuda.jit(_rebuilt_entry(fn), cache=True)
+        kernel = cuda.jit(_rebuilt_entry(fn))
+        cache = disk_cache(kernel.py_func)
+        if cache is not None:
+            kernel._cache = cache  # what numba-cuda's own cache=True sets (enable_caching)
+        return kernel
 
     compiled.py_func = fn
     return compiled
@@ -591,12 +643,16 @@ def _as_device(x):
 # A kernel's constant data (`.const` arrays: module-level numpy arrays its code reads) must fit
 # the GPU's constant bank: ptxas refuses more when it links the kernel, at its first launch.
 CONST_LIMIT = 64 * 1024
-_CONST_DECL = re.compile(r"^\s*\.const\s+(?:\.align\s+\d+\s+)?\.[busf](\d+)\s+\S+\[(\d+)\]", re.M)
+_CONST_DECL = re.compile(
+    r"^\s*(?:\.(?:visible|weak|extern)\s+)?\.const\s+(?:\.align\s+\d+\s+)?"
+    r"\.[busf](\d+)\s+[^\s\[;=]+(?:\[(\d+)\])?",
+    re.M,
+)
 
 
 def const_bytes(ptx: str) -> int:
-    """Bytes of constant data a PTX module declares."""
-    return sum(int(bits) // 8 * int(n) for bits, n in _CONST_DECL.findall(ptx))
+    """Bytes of constant data a PTX module declares (arrays and scalars)."""
+    return sum(int(bits) // 8 * int(n or 1) for bits, n in _CONST_DECL.findall(ptx))
 
 
 def compile_ptx(cc: tuple[int, int] = (9, 0)) -> dict[str, tuple[int, int]]:

@@ -10,10 +10,12 @@ every kernel is valid CUDA code (it compiles them with NVVM, no GPU needed).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -221,9 +223,53 @@ def test_constant_data_is_counted_from_ptx():
     ptx = """
 .const .align 8 .b8 _cudapy_cmem$9[13472] = {73, 178};
 .const .align 4 .b32 table[10];
+.visible .const .align 8 .u64 one_key;
 .global .align 8 .b8 not_constant[4096];
 """
-    assert cuda_mod.const_bytes(ptx) == 13472 + 40
+    assert cuda_mod.const_bytes(ptx) == 13472 + 40 + 8
+
+
+_CACHE_PROBE = """
+import json, os, warnings
+from numba import cuda
+from gocore import cuda as gpu, jit
+paths = {}
+for name, entry in gpu.ENTRIES.items():
+    cache = gpu.disk_cache(gpu._rebuilt_entry(entry.py_func))
+    paths[name] = None if cache is None else cache.cache_path
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    cache = gpu.disk_cache(gpu._rebuilt_entry(gpu.ENTRIES["play"].py_func))
+    if cache is not None:
+        cache.save_overload((), object())  # not a kernel: numba cannot pickle it
+print(json.dumps({"folder": str(jit.CACHE_DIR), "paths": paths,
+                  "warned": [str(w.message) for w in caught]}))
+"""
+
+
+@pytest.mark.parametrize("enabled", ["1", "0"])
+def test_cuda_kernels_are_cached_only_in_the_digest_named_folder(tmp_path, enabled):
+    """Off the simulator (a process without it; no GPU needed to make the cache objects):
+    every entry's disk cache lives in gocore.jit's folder, whose name covers every kernel
+    source, and a failing write warns instead of failing a stage; TENGEN_CUDA_CACHE=0 turns
+    the cache off."""
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    env.update(NUMBA_CACHE_DIR=str(tmp_path), TENGEN_CUDA_CACHE=enabled)
+    result = subprocess.run(
+        [sys.executable, "-c", _CACHE_PROBE], capture_output=True, text=True, env=env,
+        timeout=300, cwd=str(Path(__file__).resolve().parent.parent),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    probe = json.loads(result.stdout)
+    if enabled == "0":
+        assert set(probe["paths"].values()) == {None} and probe["warned"] == []
+        return
+    folder = Path(probe["folder"])
+    assert folder.parent == tmp_path and folder.name.startswith("gocore-")
+    assert set(probe["paths"]) == set(cuda_mod.ENTRIES)
+    for name, path in probe["paths"].items():
+        assert path is not None and Path(path).is_relative_to(folder), (name, path)
+    assert any("could not be cached" in w for w in probe["warned"]), probe["warned"]
 
 
 @pytest.mark.parametrize("root", ["puct", "gumbel"])
