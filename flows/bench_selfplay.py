@@ -71,10 +71,7 @@ def bench_one(
         sp.step()
     _note(f"{label}: warmed up, {sp.steps} steps, the last {time.perf_counter() - start:.1f} s")
     visits0, moves0, evals0, steps0 = sp.visits_done, sp.moves_done, sp.evaluations, sp.steps
-    start = time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        sp.step()
-    elapsed = time.perf_counter() - start
+    elapsed = _step_for(sp, seconds)
     # The timed loop's counts, before the runs below add to them.
     visits, moves, evals, steps = (sp.visits_done - visits0, sp.moves_done - moves0,
                                    sp.evaluations - evals0, sp.steps - steps0)  # fmt: skip
@@ -83,21 +80,17 @@ def bench_one(
     # own bookkeeping between the phases is the rest of `step`).
     sp.phase_seconds = {}
     steps1 = sp.steps
-    start1 = time.perf_counter()
-    while time.perf_counter() - start1 < max(1.0, seconds / 2):
-        sp.step()
+    phase_elapsed = _step_for(sp, max(1.0, seconds / 2))
     phase_steps = sp.steps - steps1
     phases = {k: round(1000 * v / phase_steps, 3) for k, v in sp.phase_seconds.items()}
-    phases["step"] = round(1000 * (time.perf_counter() - start1) / phase_steps, 3)
+    phases["step"] = round(1000 * phase_elapsed / phase_steps, 3)
     sp.phase_seconds = None
     if profile:  # a third run under cProfile, so that its overhead touches no figure above
         import cProfile
 
         profiler = cProfile.Profile()
         profiler.enable()
-        start2 = time.perf_counter()
-        while time.perf_counter() - start2 < max(1.0, seconds / 2):
-            sp.step()
+        _step_for(sp, max(1.0, seconds / 2))
         profiler.disable()
         _write_profile(profiler, profile, label)
     visit_rate = visits / elapsed
@@ -128,6 +121,16 @@ def bench_one(
         "efficiency": round(visit_rate / net_rate, 4),
         "ms_per_step": phases,
     }
+
+
+def _step_for(sp: SP.SelfPlay, seconds: float) -> float:
+    """Step self-play for `seconds` (at least one step); returns the seconds it took."""
+    start = time.perf_counter()
+    while True:
+        sp.step()
+        elapsed = time.perf_counter() - start
+        if elapsed >= seconds:
+            return elapsed
 
 
 def _note(text: str) -> None:
