@@ -65,7 +65,12 @@ def bench_one(
     label = f"{net} {board}x{board}, {slots} games, {device} {dtype}"
     start = time.perf_counter()
     sp.step()
-    _note(f"{label}: first step (compiles what is not cached) {time.perf_counter() - start:.1f} s")
+    first = f"{label}: first step (compiles what is not cached) {time.perf_counter() - start:.1f} s"
+    if device == "cuda":
+        from gocore import cuda
+
+        first += f"; CUDA kernels' first launches {sum(cuda.FIRST_LAUNCH.values()):.1f} s in all"
+    _note(first)
     start = time.perf_counter()
     while time.perf_counter() - start < min(seconds, 5.0) or sp.steps < 5:
         sp.step()
@@ -133,6 +138,23 @@ def _step_for(sp: SP.SelfPlay, seconds: float) -> float:
             return elapsed
 
 
+def _log_compiles() -> None:
+    """gocore's compile log (numba's CPU compiles of a second or more, each CUDA kernel's first
+    launch) on stderr."""
+    import logging
+    import sys
+
+    from gocore import jit
+
+    logger = logging.getLogger("gocore")
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
+        logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    jit.log_compiles(1.0)
+
+
 def _note(text: str) -> None:
     import sys
 
@@ -166,7 +188,9 @@ def bench_selfplay(
     profile: str | None = None,
 ):
     """One row per run, slot count and dtype, in one process (the kernels compile once);
-    `profile` writes the first row's cProfile (of a run after its timed ones) to that file."""
+    `profile` writes the first row's cProfile (of a run after its timed ones) to that file.
+    What compiles, and for how long, goes to stderr as it happens."""
+    _log_compiles()
     first = True
     for net, board in runs:
         for n in slots:

@@ -161,7 +161,9 @@ def new_boards(
     if rules is None:
         rules = Rules()
     rule_rows = rules.as_row() if isinstance(rules, Rules) else np.asarray(rules, dtype=np.int32)
-    rule_rows = np.broadcast_to(rule_rows, (games, RULE_FIELDS)).astype(np.int32)
+    # C order, as every other batch's rows: astype of a broadcast view keeps no particular
+    # order (it gave Fortran order), and each layout is a separate compile of every kernel.
+    rule_rows = np.array(np.broadcast_to(rule_rows, (games, RULE_FIELDS)), np.int32, order="C")
     max_moves = default_max_moves(layout) if max_moves is None else max_moves
     area = layout_area(layout)
     # At most half full, so open-addressing probes stay short.

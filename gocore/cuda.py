@@ -19,9 +19,11 @@ to PTX without a GPU (needs NVVM from the CUDA toolkit wheels).
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import re
 import sys
+import time
 import types
 import warnings
 
@@ -37,6 +39,11 @@ except ImportError as e:  # pragma: no cover - numba always ships numba.cuda or 
     raise ImportError("the CUDA backend needs numba-cuda: pip install 'tengen[cuda]'") from e
 
 THREADS_PER_BLOCK = 64
+_log = logging.getLogger(__name__)
+# Seconds the first launch of each entry point took in this process: its compile (or its load
+# from the disk cache) and one launch. `bench selfplay` prints them: on a GPU the first step of
+# a fresh process is mostly compiling.
+FIRST_LAUNCH: dict[str, float] = {}
 
 
 def simulated() -> bool:
@@ -374,7 +381,23 @@ def _launch(entry, games: int, *args) -> None:
     if games == 0:
         return  # a grid of no blocks is an error to numba-cuda
     blocks = (games + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK
-    entry()[blocks, THREADS_PER_BLOCK](*args)
+    kernel = entry()
+    name = entry.py_func.__name__
+    if name in FIRST_LAUNCH:
+        kernel[blocks, THREADS_PER_BLOCK](*args)
+        return
+    # The first launch compiles the kernel or loads it from the disk cache: say which and how
+    # long it took, as it happens (logged before, so that a compile that never ends is named).
+    _log.info("CUDA kernel %s: first launch", name)
+    start = time.perf_counter()
+    kernel[blocks, THREADS_PER_BLOCK](*args)
+    cuda.synchronize()
+    FIRST_LAUNCH[name] = seconds = time.perf_counter() - start
+    stats = getattr(kernel, "stats", None)  # the simulator's kernels have none
+    how = "ran"
+    if stats is not None:
+        how = "loaded from the disk cache" if sum(stats.cache_hits.values()) else "compiled"
+    _log.info("CUDA kernel %s: %s and launched in %.1f s", name, how, seconds)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -958,7 +958,8 @@ def check_buffers(games: int, largest: int, planes_shape, glob_shape) -> None:
 def check_symmetries(symmetry, games: int) -> np.ndarray:
     if symmetry is None:
         return np.zeros(games, np.int64)
-    symmetry = np.ascontiguousarray(np.broadcast_to(symmetry, (games,)), dtype=np.int64)
+    # A writable copy, as the zeros above: a read-only array is a separate compile.
+    symmetry = np.array(np.broadcast_to(symmetry, (games,)), dtype=np.int64)
     if symmetry.min() < 0 or symmetry.max() >= SYMMETRIES:
         raise ValueError(f"symmetries are 0..{SYMMETRIES - 1} (got {sorted(set(symmetry))})")
     return symmetry

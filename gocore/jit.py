@@ -28,13 +28,16 @@ the gocore modules they import): any edit to them compiles everything afresh.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numba
+from numba.core import event
 
 
 def kernel_sources() -> list[Path]:
@@ -96,6 +99,38 @@ def routine(fn):
     dispatcher = _called(fn)
     KERNELS.append(dispatcher)
     return dispatcher
+
+
+class _CompileLog(event.Listener):
+    """Logs each outermost numba compile (what it calls included) that took `min_seconds` or
+    more: where a fresh process's first seconds go. (Compiles hold numba's global lock: one at
+    a time, so one stack serves every thread.)"""
+
+    def __init__(self, min_seconds: float):
+        self.min_seconds = min_seconds
+        self.started: list[float] = []
+
+    def on_start(self, e) -> None:
+        self.started.append(time.perf_counter())
+
+    def on_end(self, e) -> None:
+        seconds = time.perf_counter() - self.started.pop()
+        if not self.started and seconds >= self.min_seconds:
+            name = getattr(e.data.get("dispatcher"), "__qualname__", None) or "?"
+            logging.getLogger(__name__).info("numba compiled %s in %.1f s", name, seconds)
+
+
+_compile_log: _CompileLog | None = None
+
+
+def log_compiles(min_seconds: float = 1.0) -> None:
+    """Log (logger gocore.jit, INFO) every CPU compile of min_seconds or more from now on in
+    this process; a function loaded from the on-disk cache does not compile and is not logged."""
+    global _compile_log
+    if _compile_log is None:
+        _compile_log = _CompileLog(min_seconds)
+        event.register("numba:compile", _compile_log)
+    _compile_log.min_seconds = min_seconds
 
 
 # A driver: a loop over games [start, stop) or any other entry point called from Python.
