@@ -641,6 +641,7 @@ class SelfPlay:
         if len(rows):
             with self._phase("encode"):
                 xp.encode_some(leaves, self.leaf_work, need, self.planes, self.glob, symmetry)
+            with self._phase("legal"):
                 legal = xp.legal_tensor_all(leaves, self.tensor, symmetry)
             outputs = {"policy": policy_t, "value": value, "score_mean": score_mean,
                        "score_stdev": score_stdev}  # fmt: skip

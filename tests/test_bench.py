@@ -72,7 +72,7 @@ def test_bench_selfplay_json_shape():
     row, six = json.loads(result.stdout)
     assert (six["games_in_parallel"], six["batch"]) == (6, 12)
     # The step's phases, each timed: the search's, the encoder's, the net's and the host's.
-    phases = {"moves", "select", "encode", "net", "leaf values", "backup"}
+    phases = {"moves", "select", "encode", "legal", "net", "leaf values", "backup"}
     assert set(row["ms_per_step"]) == phases | {"step"}
     assert all(ms > 0 for ms in row["ms_per_step"].values())
     assert sum(row["ms_per_step"][k] for k in phases) <= row["ms_per_step"]["step"]
