@@ -71,10 +71,19 @@ def bench_one(
 
         first += f"; CUDA kernels' first launches {sum(cuda.FIRST_LAUNCH.values()):.1f} s in all"
     _note(first)
+    # Until a game has ended too (at most a minute more): the first game end compiles the
+    # scoring's CPU kernels (Benson's cleanup), seconds that would land in the timed loop.
     start = time.perf_counter()
-    while time.perf_counter() - start < min(seconds, 5.0) or sp.steps < 5:
+    while (
+        (elapsed := time.perf_counter() - start) < min(seconds, 5.0)
+        or sp.steps < 5
+        or (sp.finished == 0 and elapsed < 60.0)
+    ):
         sp.step()
-    _note(f"{label}: warmed up, {sp.steps} steps, the last {time.perf_counter() - start:.1f} s")
+    _note(
+        f"{label}: warmed up, {sp.steps} steps, the last {time.perf_counter() - start:.1f} s, "
+        f"{sp.finished} games ended"
+    )
     visits0, moves0, evals0, steps0 = sp.visits_done, sp.moves_done, sp.evaluations, sp.steps
     elapsed = _step_for(sp, seconds)
     # The timed loop's counts, before the runs below add to them.

@@ -141,3 +141,34 @@ def test_the_kernel_cache_is_named_by_every_kernel_source():
     assert {"cuda.py", "features.py", "search.py"} <= names
     assert "gtp.py" not in names and "sgf.py" not in names
     assert CACHE_DIR.name.startswith("gocore-")
+
+
+def test_compiles_of_a_second_or_more_are_logged(caplog):
+    """`jit.log_compiles`: each outermost numba compile that took at least the threshold is
+    logged with its function's name (what a fresh GPU machine spends its first minute on)."""
+    import logging
+
+    import numba
+
+    from gocore import jit
+
+    @numba.njit
+    def callee(x):
+        return x * 2
+
+    @numba.njit
+    def caller(x):
+        return callee(x) + 1
+
+    try:
+        with caplog.at_level(logging.INFO, logger="gocore.jit"):
+            jit.log_compiles(0.0)
+            assert caller(3) == 7
+            jit.log_compiles(3600.0)  # nothing compiles that long: nothing more is logged
+            assert caller(2.5) == 6.0
+    finally:
+        jit.log_compiles(3600.0)
+    logged = [r.getMessage() for r in caplog.records if r.name == "gocore.jit"]
+    # One line: the caller's compile took its callee's in; a threshold above it logs nothing.
+    assert len(logged) == 1 and logged[0].startswith("numba compiled ")
+    assert "caller" in logged[0] and logged[0].endswith(" s")

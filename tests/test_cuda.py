@@ -81,6 +81,23 @@ def test_play_and_legal_moves_match_the_cpu(gpu):
     _assert_same_boards(host, device)
 
 
+def test_each_kernels_first_launch_is_timed_and_logged(gpu, caplog):
+    """The first launch of an entry point (its compile, or its load from the disk cache) is
+    logged before and after, with its seconds, and only the first."""
+    import logging
+
+    cuda_mod.FIRST_LAUNCH.pop("_legal_entry", None)
+    device = gpu.new_boards(3, 5, Rules())
+    with caplog.at_level(logging.INFO, logger="gocore.cuda"):
+        gpu.legal_all(device)
+        gpu.legal_all(device)
+    logged = [r.getMessage() for r in caplog.records if "_legal_entry" in r.getMessage()]
+    assert logged[0] == "CUDA kernel _legal_entry: first launch"
+    how = "ran" if cuda_mod.simulated() else "(compiled|loaded from the disk cache)"
+    assert re.fullmatch(rf"CUDA kernel _legal_entry: {how} and launched in \d+\.\d s", logged[1])
+    assert len(logged) == 2 and cuda_mod.FIRST_LAUNCH["_legal_entry"] >= 0
+
+
 def test_playouts_match_the_cpu(gpu):
     from gocore.playout import play_out_all
 
