@@ -53,6 +53,7 @@ def bench_one(
     device: str = "cpu",
     dtype: str = "float32",
     profile: str | None = None,
+    until_a_game_ends: bool = False,
 ) -> dict:
     params = section(load_params(params_path), "selfplay", SelfPlayParams, source=params_path)
     params = params.model_copy(
@@ -71,13 +72,14 @@ def bench_one(
 
         first += f"; CUDA kernels' first launches {sum(cuda.FIRST_LAUNCH.values()):.1f} s in all"
     _note(first)
-    # Until a game has ended too (at most a minute more): the first game end compiles the
-    # scoring's CPU kernels (Benson's cleanup), seconds that would land in the timed loop.
+    # With `until_a_game_ends` (a process's first row), until a game has ended too, at most a
+    # minute more: the first game end compiles the scoring's CPU kernels (Benson's cleanup),
+    # seconds that would land in the timed loop.
     start = time.perf_counter()
     while (
         (elapsed := time.perf_counter() - start) < min(seconds, 5.0)
         or sp.steps < 5
-        or (sp.finished == 0 and elapsed < 60.0)
+        or (until_a_game_ends and sp.finished == 0 and elapsed < 60.0)
     ):
         sp.step()
     _note(
@@ -207,7 +209,7 @@ def bench_selfplay(
                 yield bench_one(
                     net, board, slots=n, leaves=leaves, seconds=seconds,
                     params_path=params_path, device=device, dtype=dtype,
-                    profile=profile if first else None,
+                    profile=profile if first else None, until_a_game_ends=first,
                 )  # fmt: skip
                 first = False
 
