@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -728,6 +729,9 @@ class SelfPlay:
         kind = self.kind[idx]
         searched = (kind == FULL) | (kind == CHEAP)
         win, black_lead = state.win, state.black_lead
+        # The roots' priors ([G, cells], from the device), read at most once: the trees do not
+        # change before the moves are played below.
+        root_priors = functools.cache(lambda: xp.to_numpy(xp.root_priors_all(t, cells)))
         # Move choice.
         gumbel = c.root == "gumbel"
         if gumbel:
@@ -744,8 +748,7 @@ class SelfPlay:
             weights = np.where(kept[s_idx, None] > 0, targets[s_idx], 0.0)
             no_target = kept[s_idx] <= 0
             if no_target.any():  # a tree with no visit below the root: take the prior
-                priors = xp.to_numpy(xp.root_priors_all(t, cells))
-                weights[no_target] = priors[s_idx[no_target]]
+                weights[no_target] = root_priors()[s_idx[no_target]]
             moves[searched] = S.choose_moves(
                 weights,
                 turn[searched],
@@ -757,7 +760,7 @@ class SelfPlay:
         other = ~searched
         if other.any():
             o_idx = idx[other]
-            priors = xp.to_numpy(xp.root_priors_all(t, cells))[o_idx].astype(np.float64)
+            priors = root_priors()[o_idx].astype(np.float64)
             weights = np.where((kind[other] == FORK)[:, None], priors > 0, priors)
             # An opening or fork move is a move on the board, never a pass: a drawn pass
             # handed the opponent a won game by passing back (a third of generation 2's
@@ -783,7 +786,7 @@ class SelfPlay:
             self._record_rows(idx[recorded], targets, kept, win, black_lead)
             self.last_row_turn[idx[recorded]] = turn[recorded]
         # A game's searched turn may branch off a side position.
-        self._spawn_sides(idx, kind, moves)
+        self._spawn_sides(idx, kind, moves, root_priors)
         # The resignation-free bookkeeping.
         if searched.any():
             s_idx = idx[searched]
@@ -864,7 +867,9 @@ class SelfPlay:
         )
         self.last_row[s_idx] = new
 
-    def _spawn_sides(self, idx, kind, moves) -> None:
+    def _spawn_sides(self, idx, kind, moves, root_priors: Callable[[], np.ndarray]) -> None:
+        """Queue side positions off the searched turns of games, drawn with
+        side_position_probability (`root_priors()`: the roots' priors, [G, cells])."""
         c = self.config
         if c.side_position_probability <= 0:
             return
@@ -882,9 +887,7 @@ class SelfPlay:
             if kind[i] == FULL:
                 priors = self.raw_priors[g].astype(np.float64)
             else:
-                xp = self.xp
-                priors = xp.to_numpy(xp.root_priors_all(self.tree, self.roots.color.shape[1]))
-                priors = priors[g].astype(np.float64)
+                priors = root_priors()[g].astype(np.float64)
             u = self.rng.random()
             priors = priors if u < 0.7 else np.sqrt(priors) if u < 0.95 else (priors > 0) * 1.0
             priors[moves[i]] = 0.0
