@@ -100,6 +100,8 @@ SYMMETRIES = 8
 LADDER_MAX_DEPTH = 160
 LADDER_MAX_NODES = 3000
 LADDER_MAX_OPTIONS = 8  # moves tried per node: the defender's captures and its liberty
+# Past positions whose ladders each work row remembers (`_past_ladder_planes`).
+LADDER_MEMO = 4
 
 # Pass-alive area bits (FeatureWork.area).
 AREA_BLACK = 1
@@ -108,7 +110,8 @@ AREA_WHITE = 2
 
 class FeatureWork(NamedTuple):
     """Per-game work space of the encoder, made once per batch by `new_work` (A = layout area,
-    D = LADDER_MAX_DEPTH). Nothing here outlives one call."""
+    D = LADDER_MAX_DEPTH, M = LADDER_MEMO). Nothing here outlives one call but the memo of past
+    positions' ladders, which is keyed by the position itself."""
 
     past: Boards  # [G] the position 1 and 2 turns ago, rebuilt by replaying the moves
     color: np.ndarray  # [G, A] int8 the ladder reader's board (colours only)
@@ -133,6 +136,10 @@ class FeatureWork(NamedTuple):
     alive: np.ndarray  # [G, A] int8 at a head: still alive in Benson's iteration
     vital_count: np.ndarray  # [G, A] int16 at a head: vital regions counted this round
     area: np.ndarray  # [G, A] int8 pass-alive area bits AREA_BLACK | AREA_WHITE
+    memo_hash: np.ndarray  # [G, M] uint64 the stones' hash of a position whose ladders are kept
+    memo_tag: np.ndarray  # [G, M] int64 its board size, ko point and ko colour; -1: no entry
+    memo_marks: np.ndarray  # [G, M, A] int8 its laddered stones
+    memo_next: np.ndarray  # [G] int8 the entry to replace next
     ladder_nodes: int  # node budget of one ladder search
 
 
@@ -165,6 +172,10 @@ def new_work(b: Boards, *, ladder_nodes: int = LADDER_MAX_NODES) -> FeatureWork:
         alive=np.zeros((games, area), np.int8),
         vital_count=np.zeros((games, area), np.int16),
         area=np.zeros((games, area), np.int8),
+        memo_hash=np.zeros((games, LADDER_MEMO), np.uint64),
+        memo_tag=np.full((games, LADDER_MEMO), -1, np.int64),
+        memo_marks=np.zeros((games, LADDER_MEMO, area), np.int8),
+        memo_next=np.zeros(games, np.int8),
         ladder_nodes=ladder_nodes,
     )
 
@@ -658,6 +669,37 @@ def _ladder_planes(b, g, w, planes, plane, n, sym, catch_color, catches):
 
 
 @routine
+def _past_ladder_planes(past, g, w, planes, plane, n, sym):
+    """As _ladder_planes for a position 1 or 2 turns ago (no catches), remembered in w's row:
+    a search's leaves, step after step, mostly share those positions (the root and the one
+    before it), and reading ladders is most of the encoder's time. A ladder read depends only
+    on the stones, the board's size and the ko (mark_ladders), which key the memo."""
+    stride = past.stride
+    n_points = past.color.shape[1]
+    ko = np.int64(past.ko_point[g])
+    ko_color = np.int64(past.ko_color[g]) if ko != NO_POINT else 0
+    tag = (np.int64(past.size[g]) * 65536 + ko) * 4 + ko_color
+    key = past.hash[g]
+    entries = w.memo_tag.shape[1]
+    for i in range(entries):
+        if w.memo_tag[g, i] == tag and w.memo_hash[g, i] == key:
+            for p in range(n_points):
+                if w.memo_marks[g, i, p]:
+                    _set_plane(planes, plane, stride, n, sym, p)
+            return
+    i = np.int64(w.memo_next[g])
+    w.memo_next[g] = (i + 1) % entries
+    mark_ladders(past, g, w, EMPTY, w.area[g])  # resets w.laddered first
+    w.memo_hash[g, i] = key
+    w.memo_tag[g, i] = tag
+    for p in range(n_points):
+        laddered = w.laddered[g, p]
+        w.memo_marks[g, i, p] = laddered
+        if laddered:
+            _set_plane(planes, plane, stride, n, sym, p)
+
+
+@routine
 def encode(b, g, w, sym, planes, glob):
     """Write game g's input planes ([N_PLANES, T, T], T >= its size) and globals ([N_GLOBALS])
     under symmetry `sym`, from the view of its player to move."""
@@ -715,13 +757,13 @@ def encode(b, g, w, sym, planes, glob):
             w.area[g, p] = 0
     past = w.past
     replay_position(b, g, past, g, max(m - 2, 0))
-    _ladder_planes(past, g, w, planes, LADDERED + 2, n, sym, EMPTY, w.area[g])
+    _past_ladder_planes(past, g, w, planes, LADDERED + 2, n, sym)
     if m >= 2:
         if b.moves[g, m - 2] != PASS:
             place_stone(past, g, b.moves[g, m - 2], b.move_colors[g, m - 2])
         else:
             past.ko_point[g] = NO_POINT  # a pass lifts the ko ban
-    _ladder_planes(past, g, w, planes, LADDERED + 1, n, sym, EMPTY, w.area[g])
+    _past_ladder_planes(past, g, w, planes, LADDERED + 1, n, sym)
 
     for p in range(n_points):
         w.area[g, p] = 0

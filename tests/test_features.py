@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from gocore import features as F
-from gocore.board import BLACK, PASS, WHITE, legal_all, new_boards, point, point_xy
+from gocore.board import BLACK, PASS, WHITE, legal_all, new_boards, play_all, point, point_xy
 from gocore.playout import new_rng
 from gocore.rules import PRESETS
 from play.game import Game
@@ -588,6 +588,61 @@ def test_work_space_is_reusable_between_calls():
     # E4 would drive White up into its wall on the 7th line: only F5 catches.
     assert points_of(results[1][0, F.LADDER_CATCH], 9) == vertices("F5", 9)
     assert points_of(results[1][0, F.OWN_PASS_ALIVE], 9) == vertices("A9 B9 C9 D9 A8 B8 C8 D8", 9)
+
+
+def test_ladders_of_earlier_positions_are_remembered_by_position():
+    """The ladders of the positions 1 and 2 turns ago are kept in the work row (a search's
+    leaves share them step after step), keyed by the position: the same position is served
+    from the memo, another one is read afresh."""
+    game = game_from_diagram(_board(_with(NET, y5=". . . . . X . . .")), to_move=BLACK)
+    game.play(BLACK, (5, 4))  # F5: atari
+    game.play(WHITE, (4, 5))  # E4: extends to 2 liberties, the ladder still works
+    game.play(BLACK, (0, 4))  # A5: elsewhere
+    work = F.new_work(game.b)
+
+    def encode(w=work) -> np.ndarray:
+        planes = np.zeros((1, F.N_PLANES, 9, 9), np.float32)
+        F.encode_all(game.b, w, planes, np.zeros((1, F.N_GLOBALS), np.float32))
+        return planes[0]
+
+    first = encode()
+    assert points_of(first[F.LADDERED + 2], 9) == vertices("E5", 9)  # after F5
+    assert points_of(first[F.LADDERED + 1], 9) == vertices("E5 E4", 9)  # after E4
+    assert (work.memo_tag[0] >= 0).sum() == 2  # two positions remembered
+    # A memo entry that says otherwise is what the encoder uses for its position ...
+    work.memo_marks[0] = 0
+    again = encode()
+    assert points_of(again[F.LADDERED + 2], 9) == set()
+    assert points_of(again[F.LADDERED + 1], 9) == set()
+    # ... and only for it: after a new move, the position 2 turns ago (after E4) comes from the
+    # memo, the one 1 turn ago (after A5) is read.
+    game.play(WHITE, (1, 7))  # B2 breaks the ladder
+    after = encode()
+    assert points_of(after[F.LADDERED + 2], 9) == set()  # the memo's (emptied) entry
+    assert points_of(after[F.LADDERED + 1], 9) == vertices("E5 E4", 9)
+    assert points_of(encode(F.new_work(game.b))[F.LADDERED + 2], 9) == vertices("E5 E4", 9)
+
+
+def test_a_reused_work_space_encodes_as_a_fresh_one():
+    """Random games encoded move after move with one work space (its ladder memo filling,
+    hitting and cycling) give exactly the planes of a fresh work space each time."""
+    games = 8
+    b = new_boards(games, 9, PRESETS["chinese"], max_moves=200)
+    work = F.new_work(b)
+    rng = np.random.default_rng(3)
+    for _ in range(90):
+        legal = legal_all(b)
+        legal[:, PASS] = False
+        moves = np.array([rng.choice(np.flatnonzero(row)) if row.any() else PASS for row in legal])
+        play_all(b, moves)
+        reused = np.zeros((games, F.N_PLANES, 9, 9), np.float32)
+        fresh = np.zeros((games, F.N_PLANES, 9, 9), np.float32)
+        glob = np.zeros((games, F.N_GLOBALS), np.float32)
+        F.encode_all(b, work, reused, glob)
+        F.encode_all(b, F.new_work(b), fresh, glob)
+        assert np.array_equal(reused, fresh)
+    assert (work.memo_tag >= 0).all()  # every entry used
+    assert reused[:, F.LADDERED + 1 : F.LADDERED + 3].any()  # some ladders among them
 
 
 def test_a_ladder_that_needs_a_ko_is_not_counted():
