@@ -144,7 +144,7 @@ class FeatureWork(NamedTuple):
 
 
 def new_work(b: Boards, *, ladder_nodes: int = LADDER_MAX_NODES) -> FeatureWork:
-    """The encoder's work space for batch `b` (about 20 KB a game on 19x19); reusable for any
+    """The encoder's work space for batch `b` (about 26 KB a game on 19x19); reusable for any
     batch of the same shape."""
     games, area = b.color.shape
     depth = LADDER_MAX_DEPTH
