@@ -70,7 +70,10 @@ def bench_one(
     if device == "cuda":
         from gocore import cuda
 
-        first += f"; CUDA kernels' first launches {sum(cuda.FIRST_LAUNCH.values()):.1f} s in all"
+        first += (
+            f"; CUDA kernels' first launches in this process so far "
+            f"{sum(cuda.FIRST_LAUNCH.values()):.1f} s"
+        )
     _note(first)
     # With `until_a_game_ends` (a process's first row), until a game has ended too, at most a
     # minute more: the first game end compiles the scoring's CPU kernels (Benson's cleanup),

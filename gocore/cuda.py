@@ -383,8 +383,14 @@ def _launch(entry, games: int, *args) -> None:
     blocks = (games + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK
     kernel = entry()
     name = entry.py_func.__name__
+    overloads = getattr(kernel, "overloads", {})  # the simulator's kernels have none
+    known = len(overloads)
     if name in FIRST_LAUNCH:
+        start = time.perf_counter()
         kernel[blocks, THREADS_PER_BLOCK](*args)
+        if len(overloads) > known:  # new argument types: compiled (or loaded) for them
+            _log.info("CUDA kernel %s: compiled for new argument types in %.1f s", name,
+                      time.perf_counter() - start)  # fmt: skip
         return
     # The first launch compiles the kernel or loads it from the disk cache: say which and how
     # long it took, as it happens (logged before, so that a compile that never ends is named).
@@ -393,7 +399,7 @@ def _launch(entry, games: int, *args) -> None:
     kernel[blocks, THREADS_PER_BLOCK](*args)
     cuda.synchronize()
     FIRST_LAUNCH[name] = seconds = time.perf_counter() - start
-    stats = getattr(kernel, "stats", None)  # the simulator's kernels have none
+    stats = getattr(kernel, "stats", None)
     how = "ran"
     if stats is not None:
         how = "loaded from the disk cache" if sum(stats.cache_hits.values()) else "compiled"

@@ -673,9 +673,10 @@ def _past_ladder_planes(past, g, w, planes, plane, n, sym):
     """As _ladder_planes for a position 1 or 2 turns ago (no catches), remembered in w's row:
     a search's leaves, step after step, mostly share those positions (the root and the one
     before it), and reading ladders is most of the encoder's time. A ladder read depends on
-    the stones, the board's size and the ko (mark_ladders), which key the memo; and, in a read
-    cut off by its node budget, on the order of the chains' linked stones, which two move orders
-    reaching the same stones may leave different: the memo then answers with the first read."""
+    the stones, the board's size and the ko (mark_ladders), which key the memo; and, where a
+    read is cut short (its node budget, its depth, the options it tries at a node), on the order
+    of a chain's linked stones and which one is its head, which two move orders reaching the
+    same stones may leave different: the memo then answers with the first read."""
     stride = past.stride
     n_points = past.color.shape[1]
     ko = np.int64(past.ko_point[g])

@@ -114,6 +114,8 @@ class _CompileLog(event.Listener):
         self.started.append(time.perf_counter())
 
     def on_end(self, e) -> None:
+        if not self.started:  # registered while a compile was under way
+            return
         seconds = time.perf_counter() - self.started.pop()
         if not self.started and seconds >= self.min_seconds:
             name = getattr(e.data.get("dispatcher"), "__qualname__", None) or "?"

@@ -623,6 +623,45 @@ def test_ladders_of_earlier_positions_are_remembered_by_position():
     assert points_of(encode(F.new_work(game.b))[F.LADDERED + 2], 9) == vertices("E5 E4", 9)
 
 
+def test_the_ladder_memo_tells_board_sizes_and_kos_apart():
+    """The memo's key holds what a ladder read depends on besides the stones: the board's
+    size (its edges) and the ko. The same stones on a 9x9 and a 7x7 board (one layout, one
+    hash) are two entries; a ko capture and the pass after it (the same stones, the ko lifted)
+    are two entries."""
+    moves = [(2, 3), (3, 3), (3, 2), (0, 0), (4, 4), (0, 1), (6, 0)]  # a ladder, no captures
+
+    def batch(size):
+        b = new_boards(1, size, PRESETS["chinese"], layout=9, max_moves=50)
+        for x, y in moves:
+            assert play_all(b, np.array([point(b.stride, x, y)]))[0] == 0
+        return b
+
+    def encode(b, work):
+        planes = np.zeros((1, F.N_PLANES, 9, 9), np.float32)
+        F.encode_all(b, work, planes, np.zeros((1, F.N_GLOBALS), np.float32))
+        return planes[0]
+
+    nine, seven = batch(9), batch(7)
+    assert nine.hash[0] == seven.hash[0]
+    work = F.new_work(nine)
+    encode(nine, work)
+    work.memo_marks[0] = 1  # the 9x9 entries, poisoned: a 7x7 read must not take them
+    fresh = encode(seven, F.new_work(seven))
+    assert fresh[F.LADDERED + 1].any() and fresh[F.LADDERED + 2].any()
+    assert np.array_equal(encode(seven, work), fresh)
+
+    game = ko_position("tromp-taylor")
+    game.play(BLACK, (2, 1))  # C4 takes the ko: White may not retake at once
+    game.play(WHITE, None)  # a pass lifts the ban: the same stones, no ko
+    game.play(BLACK, (4, 4))
+    work = F.new_work(game.b)
+    encode_game_with = np.zeros((1, F.N_PLANES, 5, 5), np.float32)
+    F.encode_all(game.b, work, encode_game_with, np.zeros((1, F.N_GLOBALS), np.float32))
+    used = work.memo_tag[0] >= 0
+    assert used.sum() == 2  # 2 turns ago (the ko) and 1 turn ago (lifted): not one entry
+    assert len(set(work.memo_hash[0][used])) == 1 and len(set(work.memo_tag[0][used])) == 2
+
+
 def test_a_reused_work_space_encodes_as_a_fresh_one():
     """Random games encoded move after move with one work space (its ladder memo filling,
     hitting and cycling) give exactly the planes of a fresh work space each time."""
