@@ -389,7 +389,7 @@ def _launch(entry, games: int, *args) -> None:
         start = time.perf_counter()
         kernel[blocks, THREADS_PER_BLOCK](*args)
         if len(overloads) > known:  # new argument types: compiled (or loaded) for them
-            _log.info("CUDA kernel %s: compiled for new argument types in %.1f s", name,
+            _log.info("CUDA kernel %s: compiled or loaded for new argument types in %.1f s", name,
                       time.perf_counter() - start)  # fmt: skip
         return
     # The first launch compiles the kernel or loads it from the disk cache: say which and how
