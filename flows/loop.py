@@ -34,8 +34,10 @@ from flows.runs import (
 )
 from gocore.atomic import write_text
 from stages import data
+from stages.handoff import ENV as SERVER_ENV
 from stages.params import load_params, run_section
 from stages.report import write_report
+from stages.server import serving
 from stages.spec import plan_of
 from stages.tracking import ENV_PARENT, open_tracker
 from stages.vega import install_dvc_template
@@ -181,10 +183,18 @@ def failure(returncode: int, output: str) -> type[RuntimeError]:
     retry_condition_fn=_retry_interrupted,
 )
 def run_stage(
-    name: str, repo: str, parent_run: str | None = None, metrics: str | None = None
+    name: str,
+    repo: str,
+    parent_run: str | None = None,
+    metrics: str | None = None,
+    server: str | None = None,
 ) -> dict:
-    """Reproduce one DVC stage; returns {"stage", "ran", "metrics"}."""
+    """Reproduce one DVC stage; returns {"stage", "ran", "metrics"}. With `server` (a stage
+    server's socket, stages.server), the stage's command runs in it."""
     logger = get_run_logger()
+    env = _environment(parent_run)
+    if server:
+        env[SERVER_ENV] = server
     # Its own session, so that a signal to this process's group reaches the stage only through
     # `stop` below (which waits for it to end cleanly) and not twice.
     process = subprocess.Popen(
@@ -193,7 +203,7 @@ def run_stage(
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env=_environment(parent_run),
+        env=env,
         start_new_session=True,
     )
     _running["stage"] = process
@@ -204,6 +214,9 @@ def run_stage(
     if process.returncode != 0:
         raise failure(process.returncode, output)(f"{name} failed:\n{output[-3000:]}")
     ran = f"Running stage '{name}'" in output
+    for line in output.splitlines():  # the stage server could not take it: why (it ran anyway)
+        if "not run by the stage server" in line:
+            logger.warning("%s", line)
     logger.info("%s: %s", name, "ran" if ran else "up to date, skipped")
     values = {}
     if metrics and (Path(repo) / metrics).exists():
@@ -284,7 +297,11 @@ def loop(
     status = "FAILED"
     _running.update(tracker=tracker, parent=parent)
     previous = _stop_on_signals()
+    # One process that has imported what the stages import, forking a copy for each stage's
+    # command: seconds of start-up a stage saved (stages.server).
+    stack = contextlib.ExitStack()
     try:
+        served = stack.enter_context(serving(repo, _environment(parent), log=logger.warning))
         if tracker is not None:
             if resume_run:
                 tracker.client.set_tag(parent, "run.generations", str(count))
@@ -294,7 +311,9 @@ def loop(
         for n in range(start, count):
             stages = generation(n, plan)
             for stage in stages:
-                results.append(run_stage(stage.name, str(repo), parent, stage.report))
+                results.append(
+                    run_stage(stage.name, str(repo), parent, stage.report, served.get(SERVER_ENV))
+                )
                 if stage.name == f"shuffle-{n}" and results[-1]["ran"]:  # figures out of range
                     for line in results[-1]["metrics"].get("warnings", []):
                         logger.warning("generation %d's self-play data: %s", n, line)
@@ -326,6 +345,7 @@ def loop(
         status = "KILLED"
         raise
     finally:
+        stack.close()
         for signum, handler in previous.items():
             signal.signal(signum, handler)
         _running.update(tracker=None, parent=None)
