@@ -148,7 +148,8 @@ def _runs_dvc(pid: int) -> bool:
 def wait_for_lock_holders(repo: str | Path, timeout: float, log=None) -> set[int]:
     """Wait, up to `timeout` seconds, for the live processes that hold DVC's lock to end: a
     loop killed with SIGKILL leaves its stage's dvc running on its own (DVC starts it in a
-    session of its own), and the next loop would fail on its lock ("is busy"). Returns the
+    session of its own) until the stage ends (stopped by the dying stage server, or run to its
+    end without one), and the next loop would fail on its lock ("is busy"). Returns the
     holders still alive."""
     import time
 
@@ -187,6 +188,7 @@ def run_stage(
     repo: str,
     parent_run: str | None = None,
     metrics: str | None = None,
+    *,
     server: str | None = None,
 ) -> dict:
     """Reproduce one DVC stage; returns {"stage", "ran", "metrics"}. With `server` (a stage
@@ -312,7 +314,9 @@ def loop(
             stages = generation(n, plan)
             for stage in stages:
                 results.append(
-                    run_stage(stage.name, str(repo), parent, stage.report, served.get(SERVER_ENV))
+                    run_stage(
+                        stage.name, str(repo), parent, stage.report, server=served.get(SERVER_ENV)
+                    )
                 )
                 if stage.name == f"shuffle-{n}" and results[-1]["ran"]:  # figures out of range
                     for line in results[-1]["metrics"].get("warnings", []):

@@ -1,7 +1,7 @@
 """A stage command's side of the stage server (stages.server): `python -m stages.X ...` started
 with TENGEN_STAGE_SERVER in its environment hands itself to the server and exits with the
-stage's status. Imported by stages/__init__.py before anything else of the stage: the standard
-library only, nothing the stage would import itself."""
+stage's status. Called by stages/__init__.py before anything else of the stage is imported: the
+standard library only, nothing the stage would import itself."""
 
 from __future__ import annotations
 
@@ -15,13 +15,14 @@ import sys
 
 ENV = "TENGEN_STAGE_SERVER"
 HEADER = struct.Struct("!I")  # a request's length, before its JSON
+PASSED_ON = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 
 
 def command() -> tuple[str, list[str]] | None:
     """The stage module and arguments of this process's `python -m stages.X ...` line, or
-    None when it is not one."""
+    None when it is not one (while `-m` imports the module's package, sys.argv[0] is "-m")."""
     argv = list(getattr(sys, "orig_argv", ()))
-    if "-m" not in argv:
+    if sys.argv[:1] != ["-m"] or "-m" not in argv:
         return None
     at = argv.index("-m")
     if at + 1 >= len(argv) or not argv[at + 1].startswith("stages."):
@@ -29,10 +30,34 @@ def command() -> tuple[str, list[str]] | None:
     return argv[at + 1], argv[at + 2 :]
 
 
+def request(module: str, args: list[str]) -> dict:
+    """What the server needs to run the command as this process would, and to tell whether it
+    can: the module and arguments, folder, environment, interpreter and its options, and the
+    process's umask, CPUs and niceness (which a forked copy would otherwise take from the
+    server)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return {
+        "module": module,
+        "args": args,
+        "cwd": os.getcwd(),
+        "env": dict(os.environ),
+        "executable": sys.executable,
+        "flags": list(sys.flags),
+        "warnoptions": list(sys.warnoptions),
+        "umask": umask,
+        "cpus": sorted(os.sched_getaffinity(0)),
+        "nice": os.getpriority(os.PRIO_PROCESS, 0),
+    }
+
+
 def forward() -> None:
     """Run this `python -m stages.X` command in the stage server named by TENGEN_STAGE_SERVER
-    and exit with its status; return (and the command runs here, as without a server) where
-    there is no server, it does not answer, or it refuses the command."""
+    and exit with its status. Returns (and the command runs here, as without a server) where
+    there is no server or the request cannot be sent, and where the server refuses it (said on
+    standard error). Once the server has the request the command is the stage's: a server that
+    ends before it answers, or before its stage does, ends the command as SIGTERM would (a
+    stage `tengen run` tries again), never with a second copy of the stage run here."""
     path = os.environ.get(ENV)
     line = command()
     if not path or line is None or line[0] == "stages.server":
@@ -40,39 +65,34 @@ def forward() -> None:
     module, args = line
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
+        data = json.dumps(request(module, args)).encode()
         sock.connect(path)
-    except OSError:
+        socket.send_fds(sock, [HEADER.pack(len(data)) + data], [0, 1, 2])
+    except OSError:  # no server (stopped, or not yet listening), a closed standard stream
         sock.close()
-        return  # no server (the loop stopped it, or it died): run here
-    request = json.dumps(
-        {"module": module, "args": args, "cwd": os.getcwd(), "env": dict(os.environ)}
-    ).encode()
-    with sock:
-        socket.send_fds(sock, [HEADER.pack(len(request)) + request], [0, 1, 2])
-        replies = sock.makefile("r")
-        first = _reply(replies)
-        if first is None or "pid" not in first:
-            reason = (first or {}).get("refused", "it did not answer")
-            print(f"{module}: not run by the stage server ({reason}); running on its own",
-                  file=sys.stderr, flush=True)  # fmt: skip
-            return
-        pid = first["pid"]
+        return
+    replies = sock.makefile("rb")
+    first = _reply(replies)
+    if first is None:
+        _end(module, "the stage server closed the connection before it answered")
+    if "refused" in first:
+        print(f"{module}: not run by the stage server ({first['refused']}); running on its own",
+              file=sys.stderr, flush=True)  # fmt: skip
+        sock.close()
+        return
 
-        def pass_on(signum, frame):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signum)
+    def pass_on(signum, frame):  # the server sends it to the stage through its pidfd
+        with contextlib.suppress(OSError):
+            sock.send(bytes([signum]))
 
-        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
-            signal.signal(signum, pass_on)
-        end = _reply(replies)
-    if end is None:  # the server ended first; its parent-death signal ends the stage
-        print(f"{module}: the stage server ended before the stage did", file=sys.stderr)
-        os._exit(1)
-    status = end["exit"]
-    if status < 0:  # killed by a signal: so is this process, for whoever waits on it
-        signal.signal(-status, signal.SIG_DFL)
-        os.kill(os.getpid(), -status)
-    os._exit(status)
+    for signum in PASSED_ON:
+        signal.signal(signum, pass_on)
+    end = _reply(replies)
+    if end is None:
+        _end(module, "the stage server ended before the stage did")
+    if end["exit"] < 0:  # killed by a signal: so is this process, for whoever waits on it
+        _kill_self(-end["exit"])
+    os._exit(end["exit"])
 
 
 def _reply(replies) -> dict | None:
@@ -81,3 +101,16 @@ def _reply(replies) -> dict | None:
     except OSError:
         return None
     return json.loads(line) if line else None
+
+
+def _end(module: str, why: str) -> None:
+    print(f"{module}: {why}; it stopped (tengen run tries it again)", file=sys.stderr,
+          flush=True)  # fmt: skip
+    _kill_self(signal.SIGTERM)
+
+
+def _kill_self(signum: int) -> None:
+    with contextlib.suppress(OSError, ValueError):  # SIGKILL and SIGSTOP have no handler
+        signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+    os._exit(128 + signum)  # a signal this process ignores or blocks

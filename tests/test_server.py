@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -20,8 +22,9 @@ import psutil
 import pytest
 import yaml
 
+import stages.cli
 from stages.handoff import ENV
-from stages.server import PER_COMMAND, serving
+from stages.server import serving
 from tests.conftest import make_run_repo, run_in
 
 
@@ -69,9 +72,9 @@ def _without_import_lines(text: str) -> str:
 def _serving(repo: Path):
     """serving(), once the server listens (the loop does not wait for it)."""
     with serving(repo, _env()) as env:
-        deadline = time.time() + 300
+        deadline = time.monotonic() + 300
         while not Path(env[ENV]).exists():
-            assert time.time() < deadline, "the stage server did not start"
+            assert time.monotonic() < deadline, "the stage server did not start"
             time.sleep(0.05)
         yield env
 
@@ -106,10 +109,6 @@ def test_a_failing_stage_fails_the_same_in_the_server(served):
 
 
 def test_a_command_the_server_cannot_take_runs_on_its_own(served, tmp_path):
-    from stages.tracking import ENV_PARENT
-
-    # The loop's MLflow run differs from one loop to the next, not between a loop's stages.
-    assert ENV_PARENT in PER_COMMAND
     folder, env = served
     (folder / "bad.yaml").write_text("selfplay:\n  games: [1\n")
     (tmp_path / "bad.yaml").write_text("selfplay:\n  games: [1\n")
@@ -120,10 +119,19 @@ def test_a_command_the_server_cannot_take_runs_on_its_own(served, tmp_path):
                                 "its environment differs from the server's in NUMBA_OPT"),
         "another folder": (tmp_path, env, f"it runs in {tmp_path}, the server in {folder}"),
         "no server": (folder, env | {ENV: str(tmp_path / "none")}, None),
+        "code changed": (folder, env, "the code changed since the server started: "
+                                      f"{stages.cli.__file__}"),
     }  # fmt: skip
+    source = Path(stages.cli.__file__)  # no numba kernel in it: its cache is not touched
+    stat = source.stat()
     for case, (cwd, case_env, says) in cases.items():
-        result = subprocess.run(command, cwd=cwd, env=case_env, capture_output=True, text=True,
-                                timeout=300)  # fmt: skip
+        if case == "code changed":
+            os.utime(source, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+        try:
+            result = subprocess.run(command, cwd=cwd, env=case_env, capture_output=True,
+                                    text=True, timeout=300)  # fmt: skip
+        finally:
+            os.utime(source, ns=(stat.st_atime_ns, stat.st_mtime_ns))
         assert result.returncode == 2, case
         assert "bad.yaml (line 3, column 1): not valid YAML" in result.stderr, case
         assert " yaml\n" in result.stderr, f"{case}: not run here"
@@ -135,62 +143,114 @@ def test_a_command_the_server_cannot_take_runs_on_its_own(served, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_stage_in_the_server_writes_what_it_writes_alone(tmp_path):
-    """`dvc repro` of a real self-play stage, as the loop runs it: with the server (its forked
-    copy seen running it), the same files byte for byte and the same lock as alone."""
+def test_stages_in_the_server_write_what_they_write_alone(tmp_path):
+    """`dvc repro` of real stages as the loop runs them (self-play, the window's shuffle,
+    training): with the server (its forked copies seen running them), the same data byte for
+    byte and the same trained weights as alone."""
+    import torch
+
+    stages = ("selfplay-0", "shuffle-0", "train-0")
     alone = make_run_repo(tmp_path / "alone", code_deps=False)
     there = make_run_repo(tmp_path / "there", code_deps=False)
-    run_in(alone, "dvc", "repro", "--single-item", "selfplay-0")
-    repro = ["dvc", "repro", "--single-item", "selfplay-0"]
+    for name in stages:
+        run_in(alone, "dvc", "repro", "--single-item", name)
     with _serving(there) as env, _copies(_server(env)) as seen:
-        result = subprocess.run(repro, cwd=there, env=env, capture_output=True, text=True,
-                                timeout=900)  # fmt: skip
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "not run by the stage server" not in result.stdout + result.stderr
-    assert seen, "the server never forked a copy"
-    files = sorted(
-        p.relative_to(alone) for p in (alone / "data/selfplay").rglob("*") if p.is_file()
-    )
-    assert files and files == sorted(
-        p.relative_to(there) for p in (there / "data/selfplay").rglob("*") if p.is_file()
-    )
-    for name in files:
+        for name in stages:
+            result = subprocess.run(["dvc", "repro", "--single-item", name], cwd=there, env=env,
+                                    capture_output=True, text=True, timeout=900)  # fmt: skip
+            assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+            assert "not run by the stage server" not in result.stdout + result.stderr
+    assert len(seen) == len(stages), "the server did not run every stage"
+
+    def files(repo: Path, folder: str) -> list[Path]:
+        return sorted(p.relative_to(repo) for p in (repo / folder).rglob("*") if p.is_file())
+
+    data = files(alone, "data")
+    assert any("selfplay" in str(p) for p in data) and any("window" in str(p) for p in data)
+    assert data == files(there, "data")
+    for name in data:
         assert (alone / name).read_bytes() == (there / name).read_bytes(), name
-    locks = [yaml.safe_load((r / "dvc.lock").read_text())["stages"]["selfplay-0"]
-             for r in (alone, there)]  # fmt: skip
-    data = [[o for o in lock["outs"] if o["path"].startswith("data/")] for lock in locks]
-    assert data[0] and data[0] == data[1]  # (its metrics hold times: they differ)
+    models = files(alone, "models")
+    assert models and models == files(there, "models")
+    assert any(name.suffix == ".pt" for name in models)
+    for name in models:  # a checkpoint's zip names its temporary file: compare what it holds
+        if name.suffix != ".pt":
+            assert (alone / name).read_bytes() == (there / name).read_bytes(), name
+            continue
+        a, b = (torch.load(r / name, map_location="cpu", weights_only=False)
+                for r in (alone, there))  # fmt: skip
+        assert _same(a, b), name
+
+
+def _same(a, b) -> bool:
+    """Equal contents: tensors element for element, containers item for item."""
+    import torch
+
+    if torch.is_tensor(a):
+        return torch.is_tensor(b) and torch.equal(a, b)
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple):
+        return type(a) is type(b) and len(a) == len(b) and all(map(_same, a, b))
+    return a == b
 
 
 @pytest.mark.slow
-def test_signals_reach_the_stage_and_a_killed_command_takes_it_down(tmp_path):
-    """SIGTERM to a command the server runs: the stage stops as it would alone (its message,
-    exit status 130, no temporary folder); SIGKILL to the command: the server ends the stage."""
+def test_signals_and_ends_of_a_stage_in_the_server(tmp_path):
+    """A stage the server runs, stopped every way it can be: SIGTERM to its command stops it as
+    it would alone (its message, exit status 130, no temporary folder); SIGKILL to the command
+    makes the server end the stage; SIGKILL to the stage ends the command the same way; a
+    command gone mid-request leaves the server serving; the server killed mid-stage takes the
+    stage with it and ends the command as SIGTERM would (a stage the loop retries)."""
     repo = make_run_repo(tmp_path / "run", code_deps=False)
     params = yaml.safe_load((repo / "params.yaml").read_text())
     params["selfplay"]["games"] = 400  # long enough to be stopped mid-way
     (repo / "params.yaml").write_text(yaml.safe_dump(params))
     command = [sys.executable, "-m", "stages.selfplay", "--generation", "0", "--quiet"]
+    tmp = "data/selfplay/.gen-0.tmp-*"
+
+    def start(server: psutil.Process, env: dict) -> tuple[subprocess.Popen, psutil.Process]:
+        child = subprocess.Popen(command, cwd=repo, env=env, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)  # fmt: skip
+        deadline = time.monotonic() + 300
+        while not (list(repo.glob(tmp)) and server.children()):
+            assert child.poll() is None, child.communicate()
+            assert time.monotonic() < deadline, "the stage never started its games"
+            time.sleep(0.05)
+        (copy,) = server.children()
+        return child, copy
+
+    def ended(child: subprocess.Popen, copy: psutil.Process, cleaned: bool = True) -> str:
+        _, err = child.communicate(timeout=120)
+        psutil.wait_procs([copy], timeout=60)
+        assert not psutil.pid_exists(copy.pid), "the stage's copy was not reaped"
+        assert not (repo / "data/selfplay/gen-0").exists()
+        if cleaned:  # the stage's own SIGTERM handler removed its temporary folder
+            assert not list(repo.glob(tmp))
+        for left in repo.glob(tmp):  # SIGKILL leaves it, as it does a stage alone
+            shutil.rmtree(left)
+        return err
+
     with _serving(repo) as env:
         server = _server(env)
-        for how in (signal.SIGTERM, signal.SIGKILL):
-            child = subprocess.Popen(command, cwd=repo, env=env, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True)  # fmt: skip
-            deadline = time.time() + 300
-            while not (list(repo.glob("data/selfplay/.gen-0.tmp-*")) and server.children()):
-                assert child.poll() is None, child.communicate()
-                assert time.time() < deadline, "the stage never started its games"
-                time.sleep(0.05)
-            (copy,) = server.children()
-            child.send_signal(how)
-            out, err = child.communicate(timeout=120)
-            psutil.wait_procs([copy], timeout=60)
-            assert not copy.is_running() or copy.status() == psutil.STATUS_ZOMBIE
-            if how == signal.SIGTERM:
-                assert child.returncode == 130, err[-3000:]
-                assert "selfplay: stopped; nothing of this run was kept" in err
-            else:
-                assert child.returncode == -signal.SIGKILL
-            assert not list(repo.glob("data/selfplay/.gen-0.tmp-*")), how
-            assert not (repo / "data/selfplay/gen-0").exists(), how
-    assert not server.is_running(), "the server outlived its block"
+        child, copy = start(server, env)
+        child.send_signal(signal.SIGTERM)
+        err = ended(child, copy)
+        assert child.returncode == 130, err[-3000:]
+        assert "selfplay: stopped; nothing of this run was kept" in err
+        child, copy = start(server, env)
+        child.kill()
+        ended(child, copy)
+        assert child.returncode == -signal.SIGKILL
+        child, copy = start(server, env)
+        copy.kill()
+        ended(child, copy, cleaned=False)
+        assert child.returncode == -signal.SIGKILL
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as half:  # a request cut short
+            half.connect(env[ENV])
+            half.send(b"\0\0\1\0{")
+        child, copy = start(server, env)
+        server.kill()
+        err = ended(child, copy)
+        assert child.returncode == -signal.SIGTERM, err[-3000:]
+        assert "the stage server ended before the stage did" in err
