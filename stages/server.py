@@ -247,11 +247,11 @@ class _Server:
                 raise OSError("the command sent no standard streams")
             conn.settimeout(None)
             reason = refusal(request, self.started, os.getcwd(), self.sources)
-            if reason:
-                _send(conn, {"refused": reason})
         except (OSError, ValueError):
             reason = "a broken request"
         if reason:
+            with contextlib.suppress(OSError):  # a command still there runs on its own
+                _send(conn, {"refused": reason})
             conn.close()
             for fd in fds:
                 os.close(fd)
