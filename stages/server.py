@@ -316,11 +316,11 @@ def refusal(
         return f"it runs {request['executable']}, the server {sys.executable}"
     if request["flags"] != list(sys.flags) or request["warnoptions"] != sys.warnoptions:
         return "its interpreter options differ from the server's"
-    theirs = request["env"]
+    theirs, own = request["env"], PER_COMMAND | {ENV_PARENT}
     differ = sorted(
         name
         for name in set(theirs) | set(env)
-        if name not in PER_COMMAND | {ENV_PARENT} and theirs.get(name) != env.get(name)
+        if name not in own and theirs.get(name) != env.get(name)
     )
     if differ:
         return f"its environment differs from the server's in {', '.join(differ[:5])}"
