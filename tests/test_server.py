@@ -28,10 +28,10 @@ from stages.server import serving
 from tests.conftest import make_run_repo, run_in
 
 
-def _env(**extra: str) -> dict[str, str]:
+def _env() -> dict[str, str]:
     """The stages' environment as the loop makes it: this Python's bin first on PATH."""
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
-    return dict(os.environ, PATH=path, **extra)
+    return dict(os.environ, PATH=path)
 
 
 def _server(env: dict[str, str]) -> psutil.Process:
