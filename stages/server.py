@@ -2,7 +2,7 @@
 
 Every stage is dvc.yaml's command, `python -m stages.<name> ...`, a process of its own: that is
 what `dvc repro` runs, and what keeps one stage's state and failure out of the next. But each
-of those processes first spent 2.5-4 s importing the same libraries (torch, MLflow, Prefect,
+of those processes first spent 3-5 s importing the same libraries (torch, MLflow, Prefect,
 polars, the project's modules), five times a generation. While `tengen run` runs, it keeps one
 server process that has imported them once (`serve`, started by `serving`). A stage command
 that DVC starts finds the server's socket in TENGEN_STAGE_SERVER (stages/__init__.py calls
