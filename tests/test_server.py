@@ -177,7 +177,7 @@ def test_stages_in_the_server_write_what_they_write_alone(tmp_path):
         if name.suffix != ".pt":
             assert (alone / name).read_bytes() == (there / name).read_bytes(), name
             continue
-        a, b = (torch.load(r / name, map_location="cpu", weights_only=False)
+        a, b = (torch.load(r / name, map_location="cpu", weights_only=True)
                 for r in (alone, there))  # fmt: skip
         assert _same(a, b), name
 
