@@ -35,6 +35,7 @@ from flows.runs import (
 from gocore.atomic import write_text
 from stages import data
 from stages.handoff import ENV as SERVER_ENV
+from stages.handoff import REFUSED
 from stages.params import load_params, run_section
 from stages.report import write_report
 from stages.server import serving
@@ -217,7 +218,7 @@ def run_stage(
         raise failure(process.returncode, output)(f"{name} failed:\n{output[-3000:]}")
     ran = f"Running stage '{name}'" in output
     for line in output.splitlines():  # the stage server could not take it: why (it ran anyway)
-        if "not run by the stage server" in line:
+        if REFUSED in line:
             logger.warning("%s", line)
     logger.info("%s: %s", name, "ran" if ran else "up to date, skipped")
     values = {}

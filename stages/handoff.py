@@ -16,6 +16,7 @@ import sys
 ENV = "TENGEN_STAGE_SERVER"
 HEADER = struct.Struct("!I")  # a request's length, before its JSON
 PASSED_ON = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+REFUSED = "not run by the stage server"  # what a refused command says (the loop looks for it)
 
 
 def command() -> tuple[str, list[str]] | None:
@@ -76,7 +77,7 @@ def forward() -> None:
     if first is None:
         _end(module, "the stage server closed the connection before it answered")
     if "refused" in first:
-        print(f"{module}: not run by the stage server ({first['refused']}); running on its own",
+        print(f"{module}: {REFUSED} ({first['refused']}); running on its own",
               file=sys.stderr, flush=True)  # fmt: skip
         sock.close()
         return
