@@ -103,6 +103,10 @@ class Boards(NamedTuple):
     history_count: np.ndarray  # [G] int32 how many slots are filled
     scratch: np.ndarray  # [G, A] int16 work space of flood fills
     setup: np.ndarray  # [G, A] int8 the setup stones (handicap, SGF AB/AW), EMPTY elsewhere
+    # The two positions before the current one, the position after k moves at [g, k % 2] for
+    # k = move_count - 2 and move_count - 1 (kept by play_legal; read with past_key).
+    past_hash: np.ndarray  # [G, 2] uint64 its stones' hash
+    past_ko: np.ndarray  # [G, 2] int32 its ko ban, as ko_key gives it
 
     @property
     def games(self) -> int:
@@ -191,6 +195,8 @@ def new_boards(
         history_count=np.zeros(games, np.int32),
         scratch=np.zeros((games, area), np.int16),
         setup=np.zeros((games, area), np.int8),
+        past_hash=np.zeros((games, 2), np.uint64),
+        past_ko=np.zeros((games, 2), np.int32),
     )
     reset_all(b)
     return b
@@ -527,8 +533,30 @@ def play(b, g, p, c):
 
 
 @kernel
+def ko_key(ko_point, ko_color):
+    """A position's ko ban as one number: the banned point and the colour it binds, or -1 for
+    none (the colour of a lifted ban is stale and not part of it)."""
+    if ko_point == NO_POINT:
+        return np.int32(-1)
+    return np.int32(np.int64(ko_point) * 4 + np.int64(ko_color))
+
+
+@kernel
+def past_key(b, g, k):
+    """(stones' hash, ko_key) of game g's position after its first k moves, for k from
+    move_count - 2 to move_count (the current position), what replay_position(b, g, .., k)
+    would rebuild, without rebuilding it."""
+    if k == b.move_count[g]:
+        return b.hash[g], ko_key(b.ko_point[g], b.ko_color[g])
+    return b.past_hash[g, k % 2], b.past_ko[g, k % 2]
+
+
+@kernel
 def play_legal(b, g, p, c):
     """c plays p, known to be legal (from `legality`) with room left in the move history."""
+    m = b.move_count[g]
+    b.past_hash[g, m % 2] = b.hash[g]
+    b.past_ko[g, m % 2] = ko_key(b.ko_point[g], b.ko_color[g])
     if p != PASS:
         place_stone(b, g, p, c)
     _record_move(b, g, p, c)
@@ -606,6 +634,9 @@ def copy_game(src, gs, dst, gd):
     for c in range(3):
         dst.captures[gd, c] = src.captures[gs, c]
     dst.hash[gd] = src.hash[gs]
+    for k in range(2):
+        dst.past_hash[gd, k] = src.past_hash[gs, k]
+        dst.past_ko[gd, k] = src.past_ko[gs, k]
     for i in range(dst.history_count[gd]):
         dst.history[gd, dst.history_slots[gd, i]] = 0
     count = src.history_count[gs]

@@ -55,6 +55,7 @@ from gocore.board import (
     Boards,
     legality,
     new_boards,
+    past_key,
     place_stone,
     replay_position,
     touches_group,
@@ -668,30 +669,43 @@ def _ladder_planes(b, g, w, planes, plane, n, sym, catch_color, catches):
             _set_plane(planes, plane, stride, n, sym, p)
 
 
-@routine
-def _past_ladder_planes(past, g, w, planes, plane, n, sym):
-    """As _ladder_planes for a position 1 or 2 turns ago (no catches), remembered in w's row:
-    a search's leaves, step after step, mostly share those positions (the root and the one
-    before it), and reading ladders is most of the encoder's time. A ladder read depends on
-    the stones, the board's size and the ko (mark_ladders), which key the memo; and, where a
-    read is cut short (its node budget, its depth, the options it tries at a node), on the order
-    of a chain's linked stones and which one is its head, which two move orders reaching the
-    same stones may leave different: the memo then answers with the first read."""
-    stride = past.stride
-    n_points = past.color.shape[1]
-    ko = np.int64(past.ko_point[g])
-    ko_color = np.int64(past.ko_color[g]) if ko != NO_POINT else 0
-    tag = (np.int64(past.size[g]) * 65536 + ko) * 4 + ko_color
-    key = past.hash[g]
-    entries = w.memo_tag.shape[1]
-    for i in range(entries):
+@kernel
+def _memo_find(w, g, key, tag):
+    """The entry of w's memo (row g) that holds the position (`key`, `tag`), or -1."""
+    for i in range(w.memo_tag.shape[1]):
         if w.memo_tag[g, i] == tag and w.memo_hash[g, i] == key:
-            for p in range(n_points):
-                if w.memo_marks[g, i, p]:
-                    _set_plane(planes, plane, stride, n, sym, p)
-            return
+            return i
+    return -1
+
+
+@routine
+def _past_ladder_planes(b, g, w, k, built, planes, plane, n, sym):
+    """As _ladder_planes (no catches) for game g's position after its first k moves (1 or 2
+    turns ago), remembered in w's row: a search's leaves, step after step, mostly share those
+    positions (the root and the one before it), and reading ladders is most of the encoder's
+    time. The memo is keyed by what a ladder read depends on, the stones, the board's size and
+    the ko (mark_ladders), which b keeps for its last positions (board.past_key): a position in
+    the memo is neither rebuilt nor read. One that is not is rebuilt in w.past[g] from the
+    moves (unless `built`: it is there already), read and remembered. Where a read is cut short
+    (its node budget, its depth, the options it tries at a node), it also depends on the order
+    of a chain's linked stones and which one is its head, which two move orders reaching the
+    same stones may leave different: the memo then answers with the first read. Returns
+    whether w.past[g] holds the position."""
+    stride = b.stride
+    n_points = b.color.shape[1]
+    key, ko = past_key(b, g, k)
+    tag = np.int64(b.size[g]) * 262144 + ko  # ko_key < 4 * 65536
+    i = _memo_find(w, g, key, tag)
+    if i >= 0:
+        for p in range(n_points):
+            if w.memo_marks[g, i, p]:
+                _set_plane(planes, plane, stride, n, sym, p)
+        return built
+    past = w.past
+    if not built:
+        replay_position(b, g, past, g, k)
     i = np.int64(w.memo_next[g])
-    w.memo_next[g] = (i + 1) % entries
+    w.memo_next[g] = (i + 1) % w.memo_tag.shape[1]
     mark_ladders(past, g, w, EMPTY, w.area[g])  # resets w.laddered first
     w.memo_hash[g, i] = key
     w.memo_tag[g, i] = tag
@@ -700,6 +714,7 @@ def _past_ladder_planes(past, g, w, planes, plane, n, sym):
         w.memo_marks[g, i, p] = laddered
         if laddered:
             _set_plane(planes, plane, stride, n, sym, p)
+    return True
 
 
 @routine
@@ -758,15 +773,15 @@ def encode(b, g, w, sym, planes, glob):
         if w.area[g, p]:
             _set_plane(planes, LADDER_CATCH, stride, n, sym, p)
             w.area[g, p] = 0
-    past = w.past
-    replay_position(b, g, past, g, max(m - 2, 0))
-    _past_ladder_planes(past, g, w, planes, LADDERED + 2, n, sym)
-    if m >= 2:
+    # Where the position 2 turns ago was built, the one 1 turn ago is one move on.
+    built = _past_ladder_planes(b, g, w, max(m - 2, 0), False, planes, LADDERED + 2, n, sym)
+    if built and m >= 2:
+        past = w.past
         if b.moves[g, m - 2] != PASS:
             place_stone(past, g, b.moves[g, m - 2], b.move_colors[g, m - 2])
         else:
             past.ko_point[g] = NO_POINT  # a pass lifts the ko ban
-    _past_ladder_planes(past, g, w, planes, LADDERED + 1, n, sym)
+    _past_ladder_planes(b, g, w, max(m - 1, 0), built, planes, LADDERED + 1, n, sym)
 
     for p in range(n_points):
         w.area[g, p] = 0

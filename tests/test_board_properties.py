@@ -30,9 +30,22 @@ def liberties_from_scratch(game: Game) -> dict[tuple[int, int], int]:
     return out
 
 
+def check_past_keys(game: Game) -> None:
+    """The board's keys of its last positions (what the encoder's ladder memo looks up) are
+    those of the positions replay_position rebuilds from the moves: 2 and 1 moves ago, now."""
+    b = game.b
+    m = int(b.move_count[0])
+    past = gb.new_boards(1, int(b.size[0]), b.rules[0], layout=b.layout, max_moves=4)
+    for k in range(max(m - 2, 0), m + 1):
+        gb.replay_position(b, 0, past, 0, k)
+        rebuilt = (past.hash[0], gb.ko_key(past.ko_point[0], past.ko_color[0]))
+        assert gb.past_key(b, 0, k) == rebuilt, (m, k)
+
+
 def check_invariants(game: Game, setup_counts: dict[int, int]) -> None:
     # The incremental hash equals the hash recomputed from the stones.
     assert game.hash == gb.recompute_hash(game.b, 0)
+    check_past_keys(game)
     # Incremental liberty counts equal a flood fill from scratch.
     for p, libs in liberties_from_scratch(game).items():
         assert game.liberties(p) == libs, p
@@ -120,3 +133,23 @@ def test_long_random_19x19_games_keep_their_invariants():
             game.play(colour, game.random_move(colour, kernel_rng))
         check_invariants(game, {BLACK: 0, WHITE: 0})
         assert len(game.moves) > 300  # the random player plays until only eyes are left
+
+
+def test_the_last_positions_keys_hold_after_setup_stones_undo_and_passes():
+    """A handicap game (setup stones, White first) played with passes now and then, and moves
+    taken back: the keys of the last positions stay those of the rebuilt positions."""
+    for preset in PRESET_NAMES:
+        game = Game(7, PRESETS[preset])
+        game.add_setup_stones(BLACK, [(2, 2), (4, 4)])
+        game.set_to_move(WHITE)
+        check_past_keys(game)
+        kernel_rng = np.array([5], dtype=np.uint64)
+        rng = np.random.default_rng(5)
+        for turn in range(60):
+            colour = game.to_move
+            move = None if rng.random() < 0.1 else game.random_move(colour, kernel_rng)
+            game.play(colour, move)
+            check_past_keys(game)
+            if turn % 17 == 16:
+                game.undo()
+                check_past_keys(game)
