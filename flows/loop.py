@@ -277,6 +277,12 @@ def loop(
     pushed = run_section(raw, params_path).push
     if pushed:
         check_push(Path(repo))
+    # A killed loop's stage may still be ending (its dvc holds the lock): it writes its MLflow
+    # run as it ends, and the store is not opened beside it.
+    if dropped := clear_stale_locks(repo):
+        logger.info("resuming: dropped %d DVC lock entries of a killed run", dropped)
+    if still := wait_for_lock_holders(repo, LOCK_WAIT, logger.info):
+        logger.warning("DVC processes %s still hold the run's lock", sorted(still))
     tracker = open_tracker(raw, params_path, base=Path(repo).resolve())
     in_source = (Path(repo) / "gocore").is_dir()
     write_dvc_yaml(params_path, Path(repo) / "dvc.yaml", code_deps=in_source)
@@ -284,10 +290,6 @@ def loop(
         install_dvc_template(Path(repo))
     except Exception as e:  # noqa: BLE001 - a page template never stops a training run
         logger.warning("DVC's plots template not installed: %s", e)
-    if dropped := clear_stale_locks(repo):
-        logger.info("resuming: dropped %d DVC lock entries of a killed run", dropped)
-    if still := wait_for_lock_holders(repo, LOCK_WAIT, logger.info):
-        logger.warning("DVC processes %s still hold the run's lock", sorted(still))
     parent = None
     if tracker is not None:
         if closed := tracker.close_dead_runs():
