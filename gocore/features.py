@@ -289,9 +289,10 @@ def _reader_legal(color, mark, fill, stride, p, c, ko):
     if color[p] != EMPTY or p == ko:
         return False
     for q in (p - stride, p - 1, p + 1, p + stride):
+        if color[q] == EMPTY:
+            return True  # before any chain's liberties are counted
+    for q in (p - stride, p - 1, p + 1, p + stride):
         qc = color[q]
-        if qc == EMPTY:
-            return True
         if qc == c or qc == 3 - c:
             libs, _, _ = _chain_liberties(color, mark, fill, stride, q, 2)
             if qc == c and libs >= 2:
@@ -359,6 +360,8 @@ def _defender_options(color, mark, fill, chain, adjacent, options, stride, targe
     for k in range(n_adjacent):
         if count >= options.shape[0] - 1:
             break
+        if mark[adjacent[k]] > s:
+            continue  # its chain was counted from an earlier stone (a later stamp reached it)
         libs, lib, _ = _chain_liberties(color, mark, fill, stride, np.int64(adjacent[k]), 2)
         if libs != 1:
             continue
