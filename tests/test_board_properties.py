@@ -36,10 +36,14 @@ def check_past_keys(game: Game) -> None:
     b = game.b
     m = int(b.move_count[0])
     past = gb.new_boards(1, int(b.size[0]), b.rules[0], layout=b.layout, max_moves=4)
+    # A copy (what a search's leaves start from) has them too; its slot 1, not 0.
+    copy = gb.new_boards(2, int(b.size[0]), b.rules[0], layout=b.layout, max_moves=b.max_moves)
+    gb.copy_game(b, 0, copy, 1)
     for k in range(max(m - 2, 0), m + 1):
         gb.replay_position(b, 0, past, 0, k)
         rebuilt = (past.hash[0], gb.ko_key(past.ko_point[0], past.ko_color[0]))
         assert gb.past_key(b, 0, k) == rebuilt, (m, k)
+        assert gb.past_key(copy, 1, k) == rebuilt, (m, k)
 
 
 def check_invariants(game: Game, setup_counts: dict[int, int]) -> None:
