@@ -40,7 +40,7 @@ from stages.params import load_params, run_section
 from stages.report import write_report
 from stages.server import serving
 from stages.spec import plan_of
-from stages.tracking import ENV_PARENT, open_tracker
+from stages.tracking import ENV_PARENT, Tracker, settings
 from stages.vega import install_dvc_template
 
 STAGES = ("selfplay", "shuffle", "train", "ema", "gate", "promote")  # of train.net's line
@@ -277,13 +277,14 @@ def loop(
     pushed = run_section(raw, params_path).push
     if pushed:
         check_push(Path(repo))
+    tracking = settings(raw, params_path)  # a bad `mlflow:` section fails here, before a wait
     # A killed loop's stage may still be ending (its dvc holds the lock): it writes its MLflow
     # run as it ends, and the store is not opened beside it.
     if dropped := clear_stale_locks(repo):
         logger.info("resuming: dropped %d DVC lock entries of a killed run", dropped)
     if still := wait_for_lock_holders(repo, LOCK_WAIT, logger.info):
         logger.warning("DVC processes %s still hold the run's lock", sorted(still))
-    tracker = open_tracker(raw, params_path, base=Path(repo).resolve())
+    tracker = Tracker(tracking, Path(repo).resolve()) if tracking is not None else None
     in_source = (Path(repo) / "gocore").is_dir()
     write_dvc_yaml(params_path, Path(repo) / "dvc.yaml", code_deps=in_source)
     try:  # `dvc plots show` draws offline: the chart scripts inlined in DVC's page
