@@ -18,7 +18,7 @@ from gocore import selfplay as SP
 from stages.params import SelfPlayParams, load_params, section
 
 
-def _net(name: str, device: str, dtype: str = "float32"):
+def _net(name: str, device: str, dtype: str = "float32", compile: str = "none"):
     import torch
 
     from nets.config import net_config
@@ -26,7 +26,7 @@ def _net(name: str, device: str, dtype: str = "float32"):
     from nets.model import GoNet
 
     torch.manual_seed(0)
-    return Evaluator(GoNet(net_config(name)), device=device, dtype=dtype)
+    return Evaluator(GoNet(net_config(name)), device=device, dtype=dtype, compile=compile)
 
 
 def _net_inputs(sp: SP.SelfPlay, board: int, device: str):
@@ -52,6 +52,7 @@ def bench_one(
     params_path: str = "params.yaml",
     device: str = "cpu",
     dtype: str = "float32",
+    compile: str = "none",
     profile: str | None = None,
     until_a_game_ends: bool = False,
 ) -> dict:
@@ -59,11 +60,11 @@ def bench_one(
     params = params.model_copy(
         update={"board_sizes": {board: 1.0}, "slots": slots, "leaves_per_game": leaves}
     )
-    evaluator = _net(net, device, dtype)
+    evaluator = _net(net, device, dtype, compile)
     sp = SP.SelfPlay(params.config(), evaluator, games=10**9, slots=slots, seed=0, device=device)
     # Warm up: compile, fill the trees, get games past their openings. Progress goes to stderr
     # as it happens (on a GPU the first step compiles the kernels, which can take minutes).
-    label = f"{net} {board}x{board}, {slots} games, {device} {dtype}"
+    label = f"{net} {board}x{board}, {slots} games, {device} {dtype}, compile {compile}"
     start = time.perf_counter()
     sp.step()
     first = f"{label}: first step (compiles what is not cached) {time.perf_counter() - start:.1f} s"
@@ -132,6 +133,10 @@ def bench_one(
         "batch": slots * leaves,
         "device": device,
         "dtype": dtype,
+        # A compile that failed (the net fell back to eager, with a warning) says so.
+        "compile": compile
+        if compile == "none" or evaluator.compiled
+        else f"none ({compile} failed)",
         "steps_per_s": round(steps / elapsed, 2),
         "selfplay_visits_per_s": round(visit_rate, 1),
         "selfplay_moves_per_s": round(moves / elapsed, 2),
@@ -199,9 +204,11 @@ def bench_selfplay(
     params_path: str = "params.yaml",
     device: str = "cpu",
     dtypes=("float32",),
+    compiles=("none",),
     profile: str | None = None,
 ):
-    """One row per run, slot count and dtype, in one process (the kernels compile once);
+    """One row per run, slot count, dtype and torch.compile mode (nets.evaluator.COMPILE_MODES)
+    in one process (the kernels compile once);
     `profile` writes the first row's cProfile (of a run after its timed ones) to that file.
     What compiles, and for how long, goes to stderr as it happens."""
     _log_compiles()
@@ -209,16 +216,18 @@ def bench_selfplay(
     for net, board in runs:
         for n in slots:
             for dtype in dtypes:
-                yield bench_one(
-                    net, board, slots=n, leaves=leaves, seconds=seconds,
-                    params_path=params_path, device=device, dtype=dtype,
-                    profile=profile if first else None, until_a_game_ends=first,
-                )  # fmt: skip
-                first = False
+                for compile in compiles:
+                    yield bench_one(
+                        net, board, slots=n, leaves=leaves, seconds=seconds,
+                        params_path=params_path, device=device, dtype=dtype, compile=compile,
+                        profile=profile if first else None, until_a_game_ends=first,
+                    )  # fmt: skip
+                    first = False
 
 
 HEADER = (
-    f"{'net':>7} {'board':>5} {'games':>5} {'batch':>5} {'device':>6} {'dtype':>8} {'visits/s':>9} "
+    f"{'net':>7} {'board':>5} {'games':>5} {'batch':>5} {'device':>6} {'dtype':>8} "
+    f"{'compile':>15} {'visits/s':>9} "
     f"{'moves/s':>8} {'net evals/s':>11} {'efficiency':>10}"
 )
 
@@ -227,6 +236,7 @@ def format_row(r: dict) -> str:
     return (
         f"{r['net']:>7} {r['board']:>3}x{r['board']:<2}"[:14].rjust(14)
         + f" {r['games_in_parallel']:>5} {r['batch']:>5} {r['device']:>6} {r['dtype']:>8} "
+        f"{r['compile']:>15} "
         f"{r['selfplay_visits_per_s']:>9,.0f} {r['selfplay_moves_per_s']:>8,.1f} "
         f"{r['net_only_evals_per_s']:>11,.0f} {r['efficiency']:>10.1%}"
         + f"\n    {r['steps_per_s']:,.1f} steps/s; timed apart, ms a step: "

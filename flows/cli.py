@@ -869,6 +869,13 @@ def bench_selfplay(
             "separated."
         ),
     ] = "float32",
+    compile: Annotated[
+        str,
+        typer.Option(
+            help="torch.compile's mode for the net: none (eager), default, reduce-overhead or "
+            "max-autotune; several, comma separated, a row each."
+        ),
+    ] = "none",
     profile: Annotated[
         str | None,
         typer.Option(help="Write a cProfile of the first row's self-play to this file."),
@@ -878,6 +885,7 @@ def bench_selfplay(
     from flows.bench_selfplay import HEADER, format_row
     from flows.bench_selfplay import bench_selfplay as run
     from nets.config import SIZES
+    from nets.evaluator import COMPILE_MODES
 
     slot_counts = [s.strip() for s in slots.split(",")]
     if not all(s.isdigit() and int(s) > 0 for s in slot_counts):
@@ -896,6 +904,12 @@ def bench_selfplay(
                 param_hint="--dtype",
             )
 
+    compiles = [c.strip() for c in compile.split(",")]
+    for c in compiles:
+        if c not in COMPILE_MODES:
+            raise typer.BadParameter(
+                f"expected {', '.join(COMPILE_MODES)} (got {c!r})", param_hint="--compile"
+            )
     pairs = []
     for item in runs.split(","):
         net, _, board = item.strip().partition(":")
@@ -910,7 +924,7 @@ def bench_selfplay(
     if not as_json:
         print(HEADER, flush=True)
     for row in run(pairs, slots=[int(s) for s in slot_counts], leaves=leaves, seconds=seconds,
-                   params_path=params, device=device, dtypes=dtypes,
+                   params_path=params, device=device, dtypes=dtypes, compiles=compiles,
                    profile=profile):  # fmt: skip
         rows.append(row)
         if not as_json:

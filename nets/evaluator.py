@@ -6,9 +6,17 @@ gradients, optionally in fp16/bf16 on a GPU, each row under one of the 8 board s
 caller always sees its own orientation. Inputs may be numpy arrays or torch tensors (a CUDA
 tensor, or anything with __cuda_array_interface__, stays on the GPU); outputs come back as the
 same kind.
+
+`compile` runs the net through torch.compile (COMPILE_MODES): one graph for every batch of 16
+rows or more (fewer are padded), and with CUDA graphs (reduce-overhead, max-autotune on a GPU)
+batches padded to a few sizes (`bucket`), a graph recorded for each. A compile that fails at
+the first call (no C++ compiler for inductor on the CPU, no Triton on a GPU) logs a warning and
+the net runs eager.
 """
 
 from __future__ import annotations
+
+import logging
 
 import numpy as np
 import torch
@@ -16,6 +24,16 @@ import torch
 from nets.model import GoNet
 
 SYMMETRIES = 8
+
+# torch.compile's modes for the net ("none": eager); the last two record CUDA graphs on a GPU.
+COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune")
+GRAPH_MODES = ("reduce-overhead", "max-autotune")
+# A compiled net's smallest batch: the graph compiled for a dynamic batch holds from 16 rows
+# (torch 2.13 compiles one graph for 2-15 rows and one for 1 besides: seconds each, when a
+# generation's last games end); fewer rows are padded to 16.
+MIN_COMPILED_ROWS = 16
+
+_log = logging.getLogger(__name__)
 
 
 def transform(x: torch.Tensor, sym: int) -> torch.Tensor:
@@ -41,8 +59,23 @@ def untransform(x: torch.Tensor, sym: int) -> torch.Tensor:
     return x
 
 
+def bucket(rows: int) -> int:
+    """`rows` rounded up to one of 8 sizes an octave (up to 8 as they are): at most 1/8 more."""
+    if rows <= 8:
+        return rows
+    step = 1 << (rows.bit_length() - 4)
+    return -(-rows // step) * step
+
+
 class Evaluator:
-    def __init__(self, model: GoNet, *, device: str | None = None, dtype: str = "float32"):
+    def __init__(
+        self,
+        model: GoNet,
+        *,
+        device: str | None = None,
+        dtype: str = "float32",
+        compile: str = "none",
+    ):
         self.device = torch.device(device or next(model.parameters()).device)
         # channels_last: oneDNN's convolutions on the CPU ran b4c32 at self-play's batch of 96
         # 1.2-1.4x faster (2,750-3,058 evaluations/s, not 1,928-2,489); tensor cores want it.
@@ -52,6 +85,25 @@ class Evaluator:
         if dtype != "float32" and self.device.type != "cuda":
             raise ValueError(f"{dtype} inference needs a CUDA device (got {self.device})")
         self.autocast_dtype = None if dtype == "float32" else getattr(torch, dtype)
+        if compile not in COMPILE_MODES:
+            raise ValueError(f"compile must be one of {', '.join(COMPILE_MODES)} (got {compile!r})")
+        self.compile = compile
+        self._compiled = None
+        if compile != "none":
+            mode = None if compile == "default" else compile
+            self._compiled = torch.compile(self.model, mode=mode)
+        self._calls = 0
+        # CUDA graphs (reduce-overhead, max-autotune on a GPU) record a graph per batch size:
+        # batches are padded to a few sizes (`bucket`), so that a search's varying number of
+        # leaves records a handful, not one a step.
+        self.pad_to_buckets = compile in GRAPH_MODES and self.device.type == "cuda"
+        self._cells: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    @property
+    def compiled(self) -> bool:
+        """Whether the net runs compiled: asked for, and not fallen back to eager (a compile
+        that failed at the first call)."""
+        return self._compiled is not None
 
     @property
     def takes_cuda_arrays(self) -> bool:
@@ -78,26 +130,24 @@ class Evaluator:
         as_numpy = isinstance(planes, np.ndarray)
         x = self._tensor(planes)
         g = self._tensor(glob)
-        b, _, t, _ = x.shape
+        b, c, t, _ = x.shape
         syms = self._symmetries(symmetry, b, rng)
-        x_in = x.clone(memory_format=torch.channels_last)
-        for s in range(SYMMETRIES):
-            rows = syms == s
-            if s and rows.any():
-                x_in[rows] = transform(x[rows], s)
-        if self.autocast_dtype is not None:
-            with torch.autocast("cuda", dtype=self.autocast_dtype):
-                out = self.model(x_in, g, score_belief=False)
-        else:
-            out = self.model(x_in, g, score_belief=False)  # the search never reads it
-        board_policy = out["policy"][:, :-1].float().reshape(b, t, t)
-        ownership = out["ownership"].float()
-        for s in range(1, SYMMETRIES):
-            rows = syms == s
-            if rows.any():
-                board_policy[rows] = untransform(board_policy[rows], s)
-                ownership[rows] = untransform(ownership[rows], s)
-        logits = torch.cat([board_policy.reshape(b, t * t), out["policy"][:, -1:].float()], 1)
+        identity = not bool(syms.any())
+        if identity:
+            x_in = x.contiguous(memory_format=torch.channels_last)
+        else:  # each row's symmetry: one gather of its cells
+            forward, inverse = self._cell_maps(t)
+            cells = forward[syms][:, None, :].expand(b, c, t * t)
+            x_in = x.reshape(b, c, t * t).gather(2, cells).reshape(b, c, t, t)
+            x_in = x_in.contiguous(memory_format=torch.channels_last)
+        out = self._run(x_in, g)
+        board_policy = out["policy"][:, :-1].float()
+        ownership = out["ownership"].float().reshape(b, t * t)
+        if not identity:
+            back = inverse[syms]
+            board_policy = board_policy.gather(1, back)
+            ownership = ownership.gather(1, back)
+        logits = torch.cat([board_policy, out["policy"][:, -1:].float()], 1)
         if legal is None:
             legal_t = torch.cat(
                 [x[:, 0].reshape(b, t * t) > 0, torch.ones_like(logits[:, :1], dtype=torch.bool)], 1
@@ -110,11 +160,64 @@ class Evaluator:
             "value": torch.softmax(out["outcome"].float(), dim=1),
             "score_mean": out["score_mean"].float(),
             "score_stdev": out["score_stdev"].float(),
-            "ownership": ownership,
+            "ownership": ownership.reshape(b, t, t),
         }
         if as_numpy:
             return {k: v.cpu().numpy() for k, v in result.items()}
         return result
+
+    def _run(self, x: torch.Tensor, g: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The net's outputs for the (transformed) rows: compiled where asked, in the autocast
+        dtype where asked."""
+        self._calls += 1
+        if self._compiled is None:
+            return self._model(self.model, x, g)
+        b = x.shape[0]
+        rows = (
+            bucket(max(b, MIN_COMPILED_ROWS)) if self.pad_to_buckets else max(b, MIN_COMPILED_ROWS)
+        )
+        if rows > b:  # copies of the first row, dropped below
+            x = torch.cat([x, x[:1].expand(rows - b, -1, -1, -1)]).contiguous(
+                memory_format=torch.channels_last
+            )
+            g = torch.cat([g, g[:1].expand(rows - b, -1)])
+        # The batch is dynamic from the first compile: one graph for every number of rows.
+        torch._dynamo.maybe_mark_dynamic(x, 0)
+        torch._dynamo.maybe_mark_dynamic(g, 0)
+        if self.compile in GRAPH_MODES:
+            torch.compiler.cudagraph_mark_step_begin()
+        try:
+            out = self._model(self._compiled, x, g)
+        except Exception as e:  # noqa: BLE001 - e.g. no C++ compiler for inductor
+            if self._calls > 1:
+                raise
+            _log.warning(
+                "torch.compile (%s) failed, so the net runs uncompiled: %s: %s",
+                self.compile, type(e).__name__, str(e).strip().splitlines()[0] if str(e) else "",
+            )  # fmt: skip
+            self._compiled = None
+            return self._model(self.model, x[:b], g[:b])
+        out = {k: v[:b] for k, v in out.items()}
+        if self.compile in GRAPH_MODES:  # a CUDA graph's outputs, written again by its next run
+            out = {k: v.clone() for k, v in out.items()}
+        return out
+
+    def _model(self, model, x: torch.Tensor, g: torch.Tensor) -> dict[str, torch.Tensor]:
+        if self.autocast_dtype is not None:
+            with torch.autocast("cuda", dtype=self.autocast_dtype):
+                return model(x, g, score_belief=False)
+        return model(x, g, score_belief=False)  # the search never reads the score belief
+
+    def _cell_maps(self, t: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """[8, t*t] cell indices: row s of the first is, for each cell of symmetry s of a
+        board, the cell it comes from (`transform`); of the second, `untransform`'s."""
+        if t not in self._cells:
+            cells = torch.arange(t * t, device=self.device).reshape(t, t)
+            self._cells[t] = tuple(
+                torch.stack([f(cells, s).reshape(t * t) for s in range(SYMMETRIES)])
+                for f in (transform, untransform)
+            )
+        return self._cells[t]
 
     def _tensor(self, a) -> torch.Tensor:
         if isinstance(a, torch.Tensor):

@@ -80,8 +80,15 @@ class Board:
         self.area = self.mask.sum(dim=(2, 3))  # (B, 1)
         self.count = self.mask.sum()  # scalar: on-board points in the batch
         self.width = torch.sqrt(self.area)  # (B, 1)
-        # Every board fills the tensor. Never in a trace (an export): it would be a constant.
-        self.full = not torch.jit.is_tracing() and bool(self.count == self.mask.numel())
+        # Every board fills the tensor. Never in a trace (an export: it would be a constant) or
+        # under torch.compile (reading it would break the graph and wait for the device): there
+        # the masks apply everywhere, fused into the elementwise kernels, and where every point
+        # is on the outputs are the same up to float rounding.
+        self.full = (
+            not torch.jit.is_tracing()
+            and not torch.compiler.is_compiling()
+            and bool(self.count == self.mask.numel())
+        )
 
     def on(self, x: torch.Tensor) -> torch.Tensor:
         """x with every point off the board set to 0."""

@@ -62,9 +62,10 @@ def _from_mlflow(uri: str, tracking_uri: str | None) -> Path:
     return checkpoints[0]
 
 
-def load_evaluator(path: Path | None, *, device: str = "cpu", seed: int = 0):
+def load_evaluator(path: Path | None, *, device: str = "cpu", seed: int = 0, compile: str = "none"):
     """(the net as the search's evaluator, its model id) for a checkpoint, or the uniform
-    priors for None; CheckpointError for a file that is not a checkpoint."""
+    priors for None; CheckpointError for a file that is not a checkpoint. `compile`:
+    torch.compile's mode for the net (nets.evaluator.COMPILE_MODES)."""
     if path is None:
         from gocore.selfplay import UniformNet
 
@@ -76,11 +77,16 @@ def load_evaluator(path: Path | None, *, device: str = "cpu", seed: int = 0):
     model_id = meta.get("model_id") or (
         f"{net.config.name}-{hashlib.sha256(Path(path).read_bytes()).hexdigest()[:12]}"
     )
-    return Evaluator(net, device=device), str(model_id)
+    return Evaluator(net, device=device, compile=compile), str(model_id)
 
 
 def evaluator_from_bytes(
-    model: bytes | None, *, source: str | Path, device: str = "cpu", seed: int = 0
+    model: bytes | None,
+    *,
+    source: str | Path,
+    device: str = "cpu",
+    seed: int = 0,
+    compile: str = "none",
 ):
     """load_evaluator on a checkpoint's bytes (None: the uniform priors): what a shard on a
     cluster's worker plays with, where the stage's files may not be seen. A bad checkpoint's
@@ -93,7 +99,7 @@ def evaluator_from_bytes(
         path = Path(folder) / CHAMPION
         path.write_bytes(model)
         try:
-            return load_evaluator(path, device=device, seed=seed)
+            return load_evaluator(path, device=device, seed=seed, compile=compile)
         except CheckpointError as e:
             raise CheckpointError(
                 str(e).replace(str(path), str(source)), path=Path(source)

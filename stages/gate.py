@@ -160,8 +160,12 @@ def play_batch(
     start = time.perf_counter()
     on_worker(threads)
     device, gate = params.device, params.gate
-    a, a_id = evaluator_from_bytes(candidate, source=sources[0], device=device)
-    b, b_id = evaluator_from_bytes(champion, source=sources[1], device=device, seed=gate.seed)
+    a, a_id = evaluator_from_bytes(
+        candidate, source=sources[0], device=device, compile=gate.compile
+    )
+    b, b_id = evaluator_from_bytes(
+        champion, source=sources[1], device=device, seed=gate.seed, compile=gate.compile
+    )
     games = []
     if tally is None or not tally.decided:  # the ids above, even for a batch not played
         games = play_match(

@@ -101,6 +101,8 @@ RETIRED = {
 # every one of them.
 ADDED: dict[str, Any] = {
     "selfplay.shards": 1,
+    "selfplay.compile": "none",
+    "gate.compile": "none",
     "run.push": False,
     "cluster": {"address": None, "worker_threads": 1, "resources": {}},
 }
@@ -197,6 +199,8 @@ RulesName = Annotated[str, AfterValidator(_rules_preset)]
 NetName = Annotated[str, AfterValidator(_net)]
 # numpy's SeedSequence (every seed with the generation, shard or game) takes no negatives.
 Seed = Annotated[int, Field(ge=0)]
+# torch.compile's mode for the net (nets.evaluator.COMPILE_MODES; none: eager).
+NetCompile = Literal["none", "default", "reduce-overhead", "max-autotune"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -274,6 +278,7 @@ class SelfPlayParams(Section):
     rows_per_shard: int = Field(ge=1)
     shards: int = Field(ge=1)  # the games split into this many, each its own seed (fanout)
     threads: int = Field(ge=1)  # torch CPU threads
+    compile: NetCompile
     full_visits: int = Field(ge=1)
     cheap_visits: int = Field(ge=1)
     full_probability: Real = Probability
@@ -301,7 +306,7 @@ class SelfPlayParams(Section):
 
     # The stage's own knobs; the rest configure gocore's self-play.
     STAGE_ONLY: ClassVar[frozenset[str]] = frozenset(
-        {"games", "slots", "seed", "rows_per_shard", "shards", "threads"}
+        {"games", "slots", "seed", "rows_per_shard", "shards", "threads", "compile"}
     )
 
     @model_validator(mode="after")
@@ -441,6 +446,7 @@ class GateParams(Section):
     temperature_end: Real = Field(gt=0)
     search: MatchSearchSection
     threads: int = Field(ge=1)  # torch CPU threads
+    compile: NetCompile
     seed: Seed
 
 

@@ -272,7 +272,9 @@ def play_shard(
     start = time.perf_counter()
     on_worker(threads)
     device, sp_params = params.device, params.selfplay
-    net, model_id = evaluator_from_bytes(model, source=source, device=device, seed=shard.seed)
+    net, model_id = evaluator_from_bytes(
+        model, source=source, device=device, seed=shard.seed, compile=sp_params.compile
+    )
     sp = SelfPlay(
         sp_params.config(), net, games=shard.games, slots=sp_params.slots, seed=shard.seed,
         device=device,

@@ -66,11 +66,14 @@ def test_bench_features_rejects_bad_sizes():
 def test_bench_selfplay_json_shape():
     result = run_cli(
         "bench", "selfplay", "--json", "--seconds", "0.5", "--runs", "b2c16:5",
-        "--slots", "4,6", "--leaves", "2",
+        "--slots", "4,6", "--leaves", "2", "--compile", "none,default",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    row, six = json.loads(result.stdout)
+    row, compiled, six, _ = json.loads(result.stdout)
     assert (six["games_in_parallel"], six["batch"]) == (6, 12)
+    # A row for each compile mode; the compiled net's did compile (no fallback to eager).
+    assert (row["compile"], compiled["compile"], six["compile"]) == ("none", "default", "none")
+    assert compiled["selfplay_visits_per_s"] > 0 and compiled["net_only_evals_per_s"] > 0
     # The step's phases, each timed: the search's, the encoder's, the net's and the host's.
     phases = {"moves", "select", "encode", "legal", "net", "leaf values", "backup"}
     assert set(row["ms_per_step"]) == phases | {"step"}
@@ -95,6 +98,8 @@ def test_bench_selfplay_rejects_bad_runs():
     assert result.returncode == 2 and "positive game counts" in result.stderr
     result = run_cli("bench", "selfplay", "--dtype", "bfloat16")
     assert result.returncode == 2 and "runs on a GPU only" in result.stderr
+    result = run_cli("bench", "selfplay", "--compile", "none,fast")
+    assert result.returncode == 2 and "(got 'fast')" in result.stderr
 
 
 @pytest.mark.slow

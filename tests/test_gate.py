@@ -91,7 +91,7 @@ def _params(**kw):
     values = dict(games=6, win_fraction=0.5, early_stop=False, slots=3, visits=4,
                   leaves_per_game=2, board_size=5, rules="chinese", komi=0.5,
                   temperature_start=0.5, temperature_end=0.1, search=search, threads=1,
-                  seed=0)  # fmt: skip
+                  compile="none", seed=0)  # fmt: skip
     values.update(kw)
     return gate.Params(gate=gate.GateParams(**values), device="cpu")
 
@@ -132,6 +132,26 @@ def test_gate_against_the_uniform_champion(tmp_path):
     first_miss = results.index(False) if False in results else 5
     assert early["games"] == first_miss + 1 and early["passed"] == all(results)
     assert early["stopped_early"] == (first_miss < 5) and not full["stopped_early"]
+
+
+@pytest.mark.slow
+def test_the_gate_plays_with_a_compiled_net(tmp_path):
+    """gate.compile: the candidate's net is compiled (one graph for every batch) and its
+    games replay."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()  # no graph compiled by an earlier test is reused
+    graphs = counters["stats"]["unique_graphs"]
+    torch.manual_seed(0)
+    candidate = save(GoNet(net_config("b2c16")), tmp_path / "candidate.pt", {"model_id": "cand"})
+    io = gate.GateIO(3, candidate, None, tmp_path / "gate", tmp_path / "gate.json")
+    decision = gate.run(_params(compile="default"), io)
+    assert decision["games"] == 6 and decision["candidate"] == "cand"
+    sgfs = sorted((tmp_path / "gate" / "sgf").glob("*.sgf"))
+    assert len(sgfs) == 6
+    for path in sgfs:
+        replay(read_sgf(path))  # every move legal
+    assert counters["stats"]["unique_graphs"] == graphs + 1
 
 
 def test_a_missing_candidate_names_the_stage(tmp_path):

@@ -13,7 +13,7 @@ import torch
 
 from nets import checkpoint
 from nets.config import SIZES, NetConfig, net_config
-from nets.evaluator import Evaluator, transform, untransform
+from nets.evaluator import MIN_COMPILED_ROWS, Evaluator, bucket, transform, untransform
 from nets.losses import LossWeights, loss_terms
 from nets.model import GoNet, score_values
 from tests.conftest import loss_weights, run_cli
@@ -395,9 +395,90 @@ def test_evaluator_masks_illegal_moves_and_maps_symmetries_back():
     assert random["policy"].shape == (8, 50)
 
 
+def test_each_row_takes_its_own_symmetry():
+    """A batch of mixed symmetries gives each row what a batch of that row alone, under its
+    symmetry, gives: the rows' cells are gathered, and their outputs scattered back, row by
+    row. On a 9x9 board filling its tensor and a 5x5 one in the corner of a 7x7 tensor."""
+    torch.manual_seed(0)
+    evaluate = Evaluator(GoNet(SIZES["b2c16"]))
+    for tensor, board in ((9, 9), (7, 5)):
+        planes, glob = inputs(16, tensor, board)
+        syms = np.array([3, 0, 7, 1, 5, 2, 6, 4] * 2)
+        mixed = evaluate(planes, glob, symmetry=syms)
+        for row, s in enumerate(syms):
+            alone = evaluate(planes[row : row + 1], glob[row : row + 1], symmetry=int(s))
+            for key, value in alone.items():
+                assert torch.allclose(mixed[key][row], value[0], atol=1e-6), (tensor, row, key)
+
+
+def test_bucket_pads_a_batch_by_at_most_an_eighth_to_few_sizes():
+    sizes = {b: bucket(b) for b in range(1, 20_000)}
+    assert all(sizes[b] == b for b in range(1, 9))
+    assert all(b <= s <= b + b // 8 for b, s in sizes.items())
+    assert all(bucket(s) == s for s in sizes.values())
+    for k in range(3, 14):  # 8 sizes an octave: above 2^k, up to 2^(k + 1)
+        assert len({sizes[b] for b in range(2**k + 1, 2 ** (k + 1) + 1)}) == 8
+    assert bucket(96) == 96 and bucket(97) == 104 and bucket(65_000) == 65_536
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
+def test_a_compiled_net_gives_the_eager_nets_outputs(mode):
+    """torch.compile's net: the eager net's outputs to float rounding, for boards that fill
+    the tensor and boards that do not, under mixed symmetries, at every batch size through
+    one compiled graph (batches under 16 rows padded). With reduce-overhead, batches padded
+    to `bucket` sizes as they are on a GPU (CUDA graphs)."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()  # no graph compiled by an earlier test is reused
+    torch.manual_seed(0)
+    model = GoNet(SIZES["b2c16"]).eval()
+    eager = Evaluator(model)
+    compiled = Evaluator(GoNet(SIZES["b2c16"]), compile=mode)
+    compiled.model.load_state_dict(model.state_dict())
+    compiled.pad_to_buckets = mode == "reduce-overhead"
+    graphs = counters["stats"]["unique_graphs"]
+    rng = np.random.default_rng(0)
+    for batch, board in ((37, 9), (MIN_COMPILED_ROWS - 1, 7), (1, 9), (97, 5), (16, 9)):
+        planes, glob = inputs(batch, 9, board, seed=batch)
+        legal = np.ones((batch, 82), np.bool_)
+        legal[:, rng.integers(0, 81, 5)] = False
+        syms = rng.integers(0, 8, batch)
+        want = eager(planes.numpy(), glob.numpy(), legal=legal, symmetry=syms)
+        got = compiled(planes.numpy(), glob.numpy(), legal=legal, symmetry=syms)
+        for key in want:
+            assert got[key].shape == want[key].shape, key
+            assert np.allclose(got[key], want[key], atol=1e-5), (batch, board, key)
+    assert compiled.compiled  # compiled, not fallen back to eager
+    assert counters["stats"]["unique_graphs"] == graphs + 1
+
+
+@pytest.mark.slow
+def test_a_net_that_cannot_compile_runs_eager_and_says_why(caplog):
+    """No working C++ compiler (a laptop without one): the first call warns, naming the
+    reason, and the net runs as it would uncompiled."""
+    import torch._inductor.config as inductor
+
+    torch.manual_seed(0)
+    model = GoNet(SIZES["b2c16"]).eval()
+    planes, glob = inputs(20, 9)
+    want = Evaluator(model)(planes, glob, symmetry=2)
+    compiled = Evaluator(model, compile="default")
+    broken = {"cpp.cxx": ("no-such-c++-compiler",), "fx_graph_cache": False}
+    with inductor.patch(broken), caplog.at_level("WARNING", logger="nets.evaluator"):
+        got = compiled(planes, glob, symmetry=2)
+    assert not compiled.compiled
+    assert "torch.compile (default) failed, so the net runs uncompiled" in caplog.text
+    assert "no-such-c++-compiler" in caplog.text
+    for key in want:
+        assert torch.equal(got[key], want[key]), key
+
+
 def test_evaluator_refuses_half_precision_on_the_cpu():
     with pytest.raises(ValueError, match="needs a CUDA device"):
         Evaluator(GoNet(SIZES["b2c16"]), dtype="bfloat16")
+    with pytest.raises(ValueError, match="compile must be one of none, default, "):
+        Evaluator(GoNet(SIZES["b2c16"]), compile="fast")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -165,6 +165,36 @@ def test_gumbel_self_play_replays_with_completed_q_targets(tmp_path, tiny_model)
 
 
 @pytest.mark.slow
+def test_a_compiled_net_plays_a_generation(tmp_path, tiny_model):
+    """selfplay.compile: the stage's net is compiled (one graph for every batch size, the
+    last games' few rows too) and its generation's rows check out as an eager net's do."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()  # no graph compiled by an earlier test is reused
+    graphs = counters["stats"]["unique_graphs"]
+    metrics, io = play(tmp_path, generation=1, model=tiny_model, compile="default", games=4)
+    rows = check_generation(io.out)
+    assert metrics["games"] == 4 and metrics["rows"] == len(rows) > 0
+    assert counters["stats"]["unique_graphs"] == graphs + 1
+
+
+def test_a_run_folder_from_before_compile_runs_its_nets_eager(tmp_path):
+    """params.yaml written before `selfplay.compile` and `gate.compile` existed: both stages'
+    nets run eager, as they did; the file itself is not changed (DVC sees the same sections)."""
+    from stages import gate
+    from stages.params import read
+
+    params = small_params()
+    del params["selfplay"]["compile"], params["gate"]["compile"]
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(params))
+    before = path.read_bytes()
+    assert read(path, stage.Params).selfplay.compile == "none"
+    assert read(path, gate.Params).gate.compile == "none"
+    assert path.read_bytes() == before
+
+
+@pytest.mark.slow
 def test_same_seed_same_shards(tmp_path):
     play(tmp_path, name="a")
     play(tmp_path, name="b")
@@ -419,10 +449,11 @@ def test_bad_params_are_named(tmp_path):
     bad.write_text("selfplay:\n  games: [1\n")
     with pytest.raises(ParamsError, match=r"bad.yaml \(line \d+, column \d+\): not valid YAML"):
         load_params(bad)
-    raw = small_params(gamez=3, full_probability=2)
+    raw = small_params(gamez=3, full_probability=2, compile="fast")
     with pytest.raises(ParamsError) as e:
         section(raw, "selfplay", SelfPlayParams, source="p.yaml")
     assert "selfplay.gamez" in str(e.value) and "selfplay.full_probability" in str(e.value)
+    assert "selfplay.compile" in str(e.value) and "'reduce-overhead'" in str(e.value)
     raw = small_params(rules={"klingon": 1.0})
     with pytest.raises(ParamsError, match="p.yaml: selfplay.rules: unknown rules preset 'klingon'"):
         section(raw, "selfplay", SelfPlayParams, source="p.yaml")
