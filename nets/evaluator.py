@@ -11,7 +11,8 @@ same kind.
 rows or more (fewer are padded), and with CUDA graphs (reduce-overhead, max-autotune on a GPU)
 batches padded to a few sizes (`bucket`), a graph recorded for each. A compile that fails at
 the first call (no C++ compiler for inductor on the CPU, no Triton on a GPU) logs a warning and
-the net runs eager.
+the net runs eager; one that fails later (a new board size's compile, a graph's capture)
+raises.
 """
 
 from __future__ import annotations
@@ -90,13 +91,20 @@ class Evaluator:
         self.compile = compile
         self._compiled = None
         if compile != "none":
-            mode = None if compile == "default" else compile
-            self._compiled = torch.compile(self.model, mode=mode)
+            # A mode's own options; with CUDA graphs, no warning past 8 batch sizes (a
+            # generation's last games step down through a few sizes an octave).
+            from torch._inductor import list_mode_options
+
+            options = dict(list_mode_options(compile))
+            if compile in GRAPH_MODES:
+                options["triton.cudagraph_dynamic_shape_warn_limit"] = None
+            self._compiled = torch.compile(self.model, options=options)
         self._calls = 0
         # CUDA graphs (reduce-overhead, max-autotune on a GPU) record a graph per batch size:
         # batches are padded to a few sizes (`bucket`), so that a search's varying number of
-        # leaves records a handful, not one a step.
-        self.pad_to_buckets = compile in GRAPH_MODES and self.device.type == "cuda"
+        # leaves records a few graphs, not one a step, and each call's outputs are copied (a
+        # graph writes its next run's outputs over them).
+        self.cuda_graphs = compile in GRAPH_MODES and self.device.type == "cuda"
         self._cells: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
     @property
@@ -131,8 +139,7 @@ class Evaluator:
         x = self._tensor(planes)
         g = self._tensor(glob)
         b, c, t, _ = x.shape
-        syms = self._symmetries(symmetry, b, rng)
-        identity = not bool(syms.any())
+        syms, identity = self._symmetries(symmetry, b, rng)
         if identity:
             x_in = x.contiguous(memory_format=torch.channels_last)
         else:  # each row's symmetry: one gather of its cells
@@ -173,32 +180,38 @@ class Evaluator:
         if self._compiled is None:
             return self._model(self.model, x, g)
         b = x.shape[0]
-        rows = (
-            bucket(max(b, MIN_COMPILED_ROWS)) if self.pad_to_buckets else max(b, MIN_COMPILED_ROWS)
-        )
+        rows = max(b, MIN_COMPILED_ROWS)
+        if self.cuda_graphs:
+            rows = bucket(rows)
         if rows > b:  # copies of the first row, dropped below
-            x = torch.cat([x, x[:1].expand(rows - b, -1, -1, -1)]).contiguous(
-                memory_format=torch.channels_last
-            )
+            padded = torch.empty(
+                (rows, *x.shape[1:]), dtype=x.dtype, device=x.device,
+                memory_format=torch.channels_last,
+            )  # fmt: skip
+            padded[:b] = x
+            padded[b:] = x[:1]
+            x = padded
             g = torch.cat([g, g[:1].expand(rows - b, -1)])
         # The batch is dynamic from the first compile: one graph for every number of rows.
         torch._dynamo.maybe_mark_dynamic(x, 0)
         torch._dynamo.maybe_mark_dynamic(g, 0)
-        if self.compile in GRAPH_MODES:
+        if self.cuda_graphs:
             torch.compiler.cudagraph_mark_step_begin()
         try:
             out = self._model(self._compiled, x, g)
         except Exception as e:  # noqa: BLE001 - e.g. no C++ compiler for inductor
-            if self._calls > 1:
+            if self._calls > 1:  # a later compile (another board size) or a capture fails
                 raise
+            cause = getattr(e, "inner_exception", None) or e  # dynamo wraps the backend's error
+            lines = [line.strip() for line in str(cause).splitlines() if line.strip()]
             _log.warning(
-                "torch.compile (%s) failed, so the net runs uncompiled: %s: %s",
-                self.compile, type(e).__name__, str(e).strip().splitlines()[0] if str(e) else "",
+                "torch.compile (%s) failed, so the net runs uncompiled: %s%s",
+                self.compile, type(cause).__name__, f": {lines[0]}" if lines else "",
             )  # fmt: skip
             self._compiled = None
             return self._model(self.model, x[:b], g[:b])
         out = {k: v[:b] for k, v in out.items()}
-        if self.compile in GRAPH_MODES:  # a CUDA graph's outputs, written again by its next run
+        if self.cuda_graphs:
             out = {k: v.clone() for k, v in out.items()}
         return out
 
@@ -226,7 +239,9 @@ class Evaluator:
             return torch.as_tensor(a, device="cuda").to(self.device)
         return torch.as_tensor(np.asarray(a)).to(self.device)
 
-    def _symmetries(self, symmetry, b: int, rng) -> torch.Tensor:
+    def _symmetries(self, symmetry, b: int, rng) -> tuple[torch.Tensor, bool]:
+        """Each row's symmetry on the device, and whether they are all the identity (read on
+        the host: no wait for the device)."""
         if symmetry is None:
             syms = np.zeros(b, np.int64)
         elif isinstance(symmetry, str):
@@ -239,4 +254,7 @@ class Evaluator:
             syms = np.broadcast_to(np.asarray(symmetry, dtype=np.int64), (b,))
         if syms.min() < 0 or syms.max() >= SYMMETRIES:
             raise ValueError(f"symmetries are 0..{SYMMETRIES - 1}")
-        return torch.as_tensor(np.array(syms, dtype=np.int64), device=self.device)
+        return (
+            torch.as_tensor(np.array(syms, dtype=np.int64), device=self.device),
+            not syms.any(),
+        )

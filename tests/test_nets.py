@@ -13,7 +13,14 @@ import torch
 
 from nets import checkpoint
 from nets.config import SIZES, NetConfig, net_config
-from nets.evaluator import MIN_COMPILED_ROWS, Evaluator, bucket, transform, untransform
+from nets.evaluator import (
+    COMPILE_MODES,
+    MIN_COMPILED_ROWS,
+    Evaluator,
+    bucket,
+    transform,
+    untransform,
+)
 from nets.losses import LossWeights, loss_terms
 from nets.model import GoNet, score_values
 from tests.conftest import loss_weights, run_cli
@@ -436,7 +443,7 @@ def test_a_compiled_net_gives_the_eager_nets_outputs(mode):
     eager = Evaluator(model)
     compiled = Evaluator(GoNet(SIZES["b2c16"]), compile=mode)
     compiled.model.load_state_dict(model.state_dict())
-    compiled.pad_to_buckets = mode == "reduce-overhead"
+    compiled.cuda_graphs = mode == "reduce-overhead"  # as on a GPU: bucket sizes, copied outputs
     graphs = counters["stats"]["unique_graphs"]
     rng = np.random.default_rng(0)
     for batch, board in ((37, 9), (MIN_COMPILED_ROWS - 1, 7), (1, 9), (97, 5), (16, 9)):
@@ -459,6 +466,7 @@ def test_a_net_that_cannot_compile_runs_eager_and_says_why(caplog):
     reason, and the net runs as it would uncompiled."""
     import torch._inductor.config as inductor
 
+    torch._dynamo.reset()  # no graph compiled by an earlier test is reused
     torch.manual_seed(0)
     model = GoNet(SIZES["b2c16"]).eval()
     planes, glob = inputs(20, 9)
@@ -479,6 +487,12 @@ def test_evaluator_refuses_half_precision_on_the_cpu():
         Evaluator(GoNet(SIZES["b2c16"]), dtype="bfloat16")
     with pytest.raises(ValueError, match="compile must be one of none, default, "):
         Evaluator(GoNet(SIZES["b2c16"]), compile="fast")
+    # params.yaml's selfplay.compile and gate.compile take the evaluator's modes.
+    from typing import get_args
+
+    from stages.params import NetCompile
+
+    assert get_args(NetCompile) == COMPILE_MODES
 
 
 # ---------------------------------------------------------------------------------------------
