@@ -592,3 +592,31 @@ def test_half_precision_on_the_gpu_agrees_with_float32():
         half = Evaluator(model, device="cuda", dtype=dtype)(planes.cuda(), glob.cuda())
         assert torch.allclose(full["policy"], half["policy"], atol=2e-2), dtype
         assert torch.allclose(full["value"], half["value"], atol=2e-2), dtype
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
+def test_a_compiled_net_on_the_gpu_agrees_with_the_eager_net(mode):
+    """On a GPU: the compiled net (with reduce-overhead, CUDA graphs recorded for bucket
+    sizes) gives the eager net's outputs, over batch sizes that record more than one graph,
+    and a call's outputs stay as they were after later calls (a CUDA graph writes its outputs
+    over the last ones; score_mean comes out of the net as it is, so it would show that)."""
+    torch.manual_seed(0)
+    model = GoNet(SIZES["b6c96"]).eval()
+    eager = Evaluator(model, device="cuda")
+    compiled = Evaluator(GoNet(SIZES["b6c96"]), device="cuda", compile=mode)
+    compiled.model.load_state_dict(model.state_dict())
+    assert compiled.cuda_graphs == (mode == "reduce-overhead")
+    kept = []
+    for batch in (300, 37, 300, 5, 1000, 300):  # twice or more a size: recorded, then replayed
+        planes, glob = inputs(batch, 9, seed=batch)
+        syms = np.arange(batch) % 8
+        want = eager(planes.cuda(), glob.cuda(), symmetry=syms)
+        got = compiled(planes.cuda(), glob.cuda(), symmetry=syms)
+        for key in ("policy", "value", "score_mean", "ownership"):
+            assert torch.allclose(got[key], want[key], atol=1e-2, rtol=1e-2), (batch, key)
+        kept.append((got["score_mean"].clone(), got))
+    assert compiled.compiled
+    for before, got in kept:
+        assert torch.equal(got["score_mean"], before)
