@@ -254,9 +254,9 @@ def _git_tags(base: Path) -> dict[str, str]:
     return {"mlflow.source.git.commit": commit} if commit else {}
 
 
-def open_tracker(raw: dict, source: str | Path, base: Path | None = None) -> Tracker | None:
+def open_tracker(raw: dict, source: str | Path) -> Tracker | None:
     params = settings(raw, source)
-    return Tracker(params, base or root()) if params is not None else None
+    return Tracker(params, root()) if params is not None else None
 
 
 def flatten(data: dict, prefix: str = "") -> dict[str, Any]:
