@@ -53,6 +53,7 @@ def bench_one(
     device: str = "cpu",
     dtype: str = "float32",
     compile: str = "none",
+    encoder_registers: int | None = None,
     profile: str | None = None,
     until_a_game_ends: bool = False,
 ) -> dict:
@@ -61,10 +62,16 @@ def bench_one(
         update={"board_sizes": {board: 1.0}, "slots": slots, "leaves_per_game": leaves}
     )
     evaluator = _net(net, device, dtype, compile)
+    if device == "cuda":
+        from gocore import cuda
+
+        cuda.set_encoder_registers(encoder_registers)  # this row's encoder kernels
     sp = SP.SelfPlay(params.config(), evaluator, games=10**9, slots=slots, seed=0, device=device)
     # Warm up: compile, fill the trees, get games past their openings. Progress goes to stderr
     # as it happens (on a GPU the first step compiles the kernels, which can take minutes).
     label = f"{net} {board}x{board}, {slots} games, {device} {dtype}, compile {compile}"
+    if encoder_registers is not None:
+        label += f", encoder at most {encoder_registers} registers"
     start = time.perf_counter()
     sp.step()
     first = f"{label}: first step (compiles what is not cached) {time.perf_counter() - start:.1f} s"
@@ -137,6 +144,7 @@ def bench_one(
         "compile": compile
         if compile == "none" or evaluator.compiled
         else f"none ({compile} failed)",
+        "encoder_registers": encoder_registers,
         "steps_per_s": round(steps / elapsed, 2),
         "selfplay_visits_per_s": round(visit_rate, 1),
         "selfplay_moves_per_s": round(moves / elapsed, 2),
@@ -205,10 +213,12 @@ def bench_selfplay(
     device: str = "cpu",
     dtypes=("float32",),
     compiles=("none",),
+    encoder_registers=(None,),
     profile: str | None = None,
 ):
-    """One row per run, slot count, dtype and torch.compile mode (nets.evaluator.COMPILE_MODES)
-    in one process (the kernels compile once);
+    """One row per run, slot count, dtype, torch.compile mode (nets.evaluator.COMPILE_MODES)
+    and register cap of the CUDA encoder (gocore.cuda.set_encoder_registers) in one process
+    (the kernels compile once, the encoder once a cap);
     `profile` writes the first row's cProfile (of a run after its timed ones) to that file.
     What compiles, and for how long, goes to stderr as it happens."""
     _log_compiles()
@@ -217,17 +227,19 @@ def bench_selfplay(
         for n in slots:
             for dtype in dtypes:
                 for compile in compiles:
-                    yield bench_one(
-                        net, board, slots=n, leaves=leaves, seconds=seconds,
-                        params_path=params_path, device=device, dtype=dtype, compile=compile,
-                        profile=profile if first else None, until_a_game_ends=first,
-                    )  # fmt: skip
-                    first = False
+                    for registers in encoder_registers:
+                        yield bench_one(
+                            net, board, slots=n, leaves=leaves, seconds=seconds,
+                            params_path=params_path, device=device, dtype=dtype,
+                            compile=compile, encoder_registers=registers,
+                            profile=profile if first else None, until_a_game_ends=first,
+                        )  # fmt: skip
+                        first = False
 
 
 HEADER = (
     f"{'net':>7} {'board':>5} {'games':>5} {'batch':>5} {'device':>6} {'dtype':>8} "
-    f"{'compile':>15} {'visits/s':>9} "
+    f"{'compile':>15} {'regs':>4} {'visits/s':>9} "
     f"{'moves/s':>8} {'net evals/s':>11} {'efficiency':>10}"
 )
 
@@ -236,7 +248,7 @@ def format_row(r: dict) -> str:
     return (
         f"{r['net']:>7} {r['board']:>3}x{r['board']:<2}"[:14].rjust(14)
         + f" {r['games_in_parallel']:>5} {r['batch']:>5} {r['device']:>6} {r['dtype']:>8} "
-        f"{r['compile']:>15} "
+        f"{r['compile']:>15} {r['encoder_registers'] or '-':>4} "
         f"{r['selfplay_visits_per_s']:>9,.0f} {r['selfplay_moves_per_s']:>8,.1f} "
         f"{r['net_only_evals_per_s']:>11,.0f} {r['efficiency']:>10.1%}"
         + f"\n    {r['steps_per_s']:,.1f} steps/s; timed apart, ms a step: "

@@ -876,6 +876,14 @@ def bench_selfplay(
             "max-autotune; several, comma separated, a row each."
         ),
     ] = "none",
+    encoder_registers: Annotated[
+        str,
+        typer.Option(
+            help="With --device cuda: at most this many registers a thread for the encoder's "
+            "kernels (none: the compiler's choice, 255 for the encoder); several, comma "
+            "separated, a row each."
+        ),
+    ] = "none",
     profile: Annotated[
         str | None,
         typer.Option(help="Write a cProfile of the first row's self-play to this file."),
@@ -910,6 +918,21 @@ def bench_selfplay(
             raise typer.BadParameter(
                 f"expected {', '.join(COMPILE_MODES)} (got {c!r})", param_hint="--compile"
             )
+    caps = [c.strip() for c in encoder_registers.split(",")]
+    if caps == ["none"]:
+        caps = [None]
+    elif device != "cuda":
+        raise typer.BadParameter(
+            "a register cap applies to the CUDA kernels: --device cuda",
+            param_hint="--encoder-registers",
+        )
+    else:
+        from gocore.cuda import parse_registers
+
+        try:
+            caps = [parse_registers(c) for c in caps]
+        except ValueError as e:
+            raise typer.BadParameter(str(e), param_hint="--encoder-registers") from None
     pairs = []
     for item in runs.split(","):
         net, _, board = item.strip().partition(":")
@@ -925,7 +948,7 @@ def bench_selfplay(
         print(HEADER, flush=True)
     for row in run(pairs, slots=[int(s) for s in slot_counts], leaves=leaves, seconds=seconds,
                    params_path=params, device=device, dtypes=dtypes, compiles=compiles,
-                   profile=profile):  # fmt: skip
+                   encoder_registers=caps, profile=profile):  # fmt: skip
         rows.append(row)
         if not as_json:
             print(format_row(row), flush=True)

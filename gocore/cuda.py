@@ -26,6 +26,7 @@ import sys
 import time
 import types
 import warnings
+from typing import NamedTuple
 
 import numpy as np
 
@@ -40,6 +41,14 @@ except ImportError as e:  # pragma: no cover - numba always ships numba.cuda or 
 
 THREADS_PER_BLOCK = 64
 _log = logging.getLogger(__name__)
+# At most this many registers a thread for the encoder's kernels (encode, encode_some), None for
+# the compiler's choice. The encoder is the one kernel at the 255-register ceiling (`python -m
+# gocore.cuda --resources`): at 64 threads a block that leaves 8 warps of an SM's 64 resident,
+# few to hide the latency of its serial, divergent reads of global memory. A cap runs more
+# warps at once and spills the rest to local memory; which wins is for a GPU to say (`bench
+# selfplay --encoder-registers`). TENGEN_CUDA_ENCODER_REGISTERS sets it for a process.
+ENCODER_REGISTERS_ENV = "TENGEN_CUDA_ENCODER_REGISTERS"
+MIN_REGISTERS, MAX_REGISTERS = 32, 255
 # Seconds the first launch of each entry point took in this process: its compile (or its load
 # from the disk cache) and one launch. `bench selfplay` prints them: on a GPU the first step of
 # a fresh process is mostly compiling.
@@ -107,9 +116,10 @@ def _rebuilt_entry(fn):
     return types.FunctionType(fn.__code__, namespace, fn.__name__)
 
 
-def disk_cache(py_func):
+def disk_cache(py_func, registers: int | None = None):
     """numba-cuda's on-disk cache for the kernel of `py_func`, or None (with a warning) where it
-    would not live in gocore.jit's cache folder, or TENGEN_CUDA_CACHE=0.
+    would not live in gocore.jit's cache folder, or TENGEN_CUDA_CACHE=0. A kernel compiled under
+    a register cap is cached under a key of its own (numba's key does not hold the cap).
 
     The folder's name is a digest of every gocore kernel source, this file included; numba's
     own key covers only this file (its date and size) and the entry's bytecode, so an edit to
@@ -121,6 +131,7 @@ def disk_cache(py_func):
         return None
     try:
         cache = _safe_cache_class()(py_func)
+        cache.registers = registers
     except Exception as e:  # noqa: BLE001 - no writable folder, or another numba-cuda
         warnings.warn(f"CUDA kernels not cached on disk: {e}", stacklevel=2)
         return None
@@ -140,7 +151,14 @@ def _safe_cache_class():
     from numba.cuda.dispatcher import CUDACache
 
     class SafeCache(CUDACache):
-        """CUDACache whose read and write failures warn and fall back to compiling."""
+        """CUDACache whose read and write failures warn and fall back to compiling, keyed by
+        the kernel's register cap too."""
+
+        registers: int | None = None
+
+        def _index_key(self, sig, codegen):
+            key = super()._index_key(sig, codegen)
+            return key if self.registers is None else (*key, ("max_registers", self.registers))
 
         def load_overload(self, sig, target_context):
             try:
@@ -160,20 +178,67 @@ def _safe_cache_class():
     return SafeCache
 
 
-def _entry(fn):
+def _entry(fn=None, *, capped: bool = False):
     """Compile an entry point written over CPU kernel names as a CUDA kernel (lazily), cached
-    on disk on a GPU (`disk_cache`)."""
+    on disk on a GPU (`disk_cache`). A `capped` entry (the encoder's) is compiled once for each
+    register cap it is launched with (`encoder_registers`)."""
+    if fn is None:
+        return functools.partial(_entry, capped=capped)
 
     @functools.cache
-    def compiled():
-        kernel = cuda.jit(_rebuilt_entry(fn))
-        cache = disk_cache(kernel.py_func)
+    def compiled(registers: int | None = None):
+        options = {} if registers is None or simulated() else {"max_registers": registers}
+        kernel = cuda.jit(_rebuilt_entry(fn), **options)
+        cache = disk_cache(kernel.py_func, registers)
         if cache is not None:
             kernel._cache = cache  # what numba-cuda's own cache=True sets (enable_caching)
         return kernel
 
     compiled.py_func = fn
+    compiled.capped = capped
     return compiled
+
+
+def parse_registers(text: str | None, where: str = "") -> int | None:
+    """A register cap from text: none (or empty) for the compiler's choice, else an integer in
+    MIN_REGISTERS..MAX_REGISTERS. `where`, if given, names the text's source in the error."""
+    text = (text or "").strip().lower()
+    if text in ("", "none"):
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not MIN_REGISTERS <= value <= MAX_REGISTERS:
+        prefix = f"{where}: " if where else ""
+        raise ValueError(
+            f"{prefix}{text!r} is not a register cap (none, or {MIN_REGISTERS} to {MAX_REGISTERS})"
+        )
+    return value
+
+
+_encoder_registers: int | None = None
+_encoder_registers_read = False
+
+
+def encoder_registers() -> int | None:
+    """The encoder kernels' register cap: set_encoder_registers's, else the environment's."""
+    global _encoder_registers, _encoder_registers_read
+    if not _encoder_registers_read:
+        _encoder_registers = parse_registers(
+            os.environ.get(ENCODER_REGISTERS_ENV), ENCODER_REGISTERS_ENV
+        )
+        _encoder_registers_read = True
+    return _encoder_registers
+
+
+def set_encoder_registers(registers: int | None) -> None:
+    """Cap the encoder kernels' registers a thread (None: the compiler's choice) from their next
+    launch on; each cap compiles (or loads from the disk cache) a kernel of its own."""
+    global _encoder_registers, _encoder_registers_read
+    if registers is not None:
+        parse_registers(str(registers), "set_encoder_registers")
+    _encoder_registers, _encoder_registers_read = registers, True
 
 
 # Entry points: one game per thread. Names below refer to the CPU kernels; `_entry` swaps in
@@ -220,14 +285,14 @@ def _legal_entry(b, out):
         legal_row(b, g, b.to_move[g], out[g])
 
 
-@_entry
+@_entry(capped=True)
 def _encode_entry(b, w, symmetry, planes, glob):
     g = cuda.grid(1)
     if g < b.size.shape[0]:
         encode(b, g, w, symmetry[g], planes[g], glob[g])
 
 
-@_entry
+@_entry(capped=True)
 def _encode_some_entry(b, w, which, symmetry, planes, glob):
     g = cuda.grid(1)
     if g < b.size.shape[0] and which[g]:
@@ -381,8 +446,11 @@ def _launch(entry, games: int, *args) -> None:
     if games == 0:
         return  # a grid of no blocks is an error to numba-cuda
     blocks = (games + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK
-    kernel = entry()
+    registers = encoder_registers() if entry.capped else None
+    kernel = entry(registers)
     name = entry.py_func.__name__
+    if registers is not None:
+        name = f"{name} (at most {registers} registers)"
     overloads = getattr(kernel, "overloads", {})  # the simulator's kernels have none
     known = len(overloads)
     if name in FIRST_LAUNCH:
@@ -684,10 +752,11 @@ def const_bytes(ptx: str) -> int:
     return sum(int(bits) // 8 * int(n or 1) for bits, n in _CONST_DECL.findall(ptx))
 
 
-def compile_ptx(cc: tuple[int, int] = (9, 0)) -> dict[str, tuple[int, int]]:
-    """Compile every entry point to PTX for compute capability `cc`, without a GPU. Returns the
-    PTX size and the constant data of each. Checks that the kernels are valid CUDA code, which
-    the simulator cannot, and can fit the constant bank (`CONST_LIMIT`)."""
+def entry_ptx(cc: tuple[int, int] = (9, 0), names=None):
+    """(name, PTX) of each entry point (or those in `names`), compiled by NVVM for compute
+    capability `cc` over sample arguments of the types the pipeline launches them with, without
+    a GPU. Checks that the kernels are valid CUDA code, which the simulator cannot; `main` also
+    checks that each fits the constant bank (`CONST_LIMIT`)."""
     import numba
 
     b = board.new_boards(2, 9)
@@ -730,21 +799,169 @@ def compile_ptx(cc: tuple[int, int] = (9, 0)) -> dict[str, tuple[int, int]]:
     from numba.cuda import dispatcher as cuda_dispatcher
 
     cuda_dispatcher.get_current_device = lambda: types.SimpleNamespace(compute_capability=cc)
-    sizes = {}
     for name, entry in ENTRIES.items():
+        if names is not None and name not in names:
+            continue
         signature = tuple(numba.typeof(arg) for arg in samples[name])
         ptx, _ = cuda.compile_ptx(_rebuilt_entry(entry.py_func), signature, cc=cc)
-        sizes[name] = (len(ptx), const_bytes(ptx))
-    return sizes
+        yield name, ptx
+
+
+# What an SM holds (CUDA's occupancy rules, as cuda_occupancy.h has them, per compute
+# capability): registers, in 4 sub-partitions that each hold whole warps, handed to a warp in
+# units of 256; resident warps and blocks.
+SM_REGISTERS = 65536
+SM_PARTITIONS = 4
+SM_WARPS = {(7, 0): 64, (7, 5): 32, (8, 0): 64, (8, 6): 48, (8, 9): 48, (9, 0): 64}
+SM_BLOCKS = {(7, 0): 32, (7, 5): 16, (8, 0): 32, (8, 6): 16, (8, 9): 24, (9, 0): 32}
+REGISTER_UNIT = 256
+
+
+class KernelResources(NamedTuple):
+    """What the linker gave one kernel (sm_XY machine code), and the warps of THREADS_PER_BLOCK
+    blocks an SM can hold with it."""
+
+    registers: int  # a thread
+    stack: int  # bytes a thread (its frame, spills included)
+    spill_stores: int  # bytes of spill stores in the code (static, not a count of executions)
+    spill_loads: int
+    warps: int  # resident on one SM
+    occupancy: float  # warps / the SM's most
+
+
+def resident_warps(registers: int, cc: tuple[int, int] = (9, 0), threads: int = THREADS_PER_BLOCK
+                   ) -> int:  # fmt: skip
+    """Warps of `threads`-thread blocks one SM of compute capability `cc` holds when each thread
+    uses `registers` registers (no shared memory): whole blocks, within the SM's registers (a
+    sub-partition's, times 4), warps and blocks."""
+    if cc not in SM_WARPS:
+        raise ValueError(f"no occupancy figures for compute capability {cc[0]}.{cc[1]}")
+    warps_per_block = -(-threads // 32)
+    per_warp = -(-registers * 32 // REGISTER_UNIT) * REGISTER_UNIT
+    by_registers = SM_REGISTERS // SM_PARTITIONS // per_warp * SM_PARTITIONS
+    blocks = min(
+        by_registers // warps_per_block,
+        SM_WARPS[cc] // warps_per_block,
+        SM_BLOCKS[cc],
+    )
+    return blocks * warps_per_block
+
+
+_USED = re.compile(r"Used (\d+) registers")
+_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_STACK = re.compile(r"used \d+ registers,.*?(\d+) stack,")
+
+
+def parse_link_log(log: str, cc: tuple[int, int] = (9, 0)) -> KernelResources:
+    """A kernel's resources from nvJitLink's verbose log (ptxas's lines for each function of the
+    module: the spills summed over them; the entry's registers and stack)."""
+    used = _USED.findall(log)
+    if not used:
+        raise ValueError(f"no register count in the linker's log: {log[:300]!r}")
+    registers = max(int(r) for r in used)
+    frames = [tuple(map(int, f)) for f in _FRAME.findall(log)]
+    stacks = [int(x) for x in _STACK.findall(log)]
+    stack = max(stacks) if stacks else max((f[0] for f in frames), default=0)
+    warps = resident_warps(registers, cc)
+    return KernelResources(
+        registers,
+        stack,
+        sum(f[1] for f in frames),
+        sum(f[2] for f in frames),
+        warps,
+        warps / SM_WARPS[cc],
+    )
+
+
+def link_resources(ptx: str, cc: tuple[int, int] = (9, 0), registers: int | None = None
+                   ) -> KernelResources:  # fmt: skip
+    """Link PTX to machine code for `cc` with nvJitLink (the linker numba-cuda uses on a GPU; no
+    GPU needed), under a register cap if given, and read what it used."""
+    from cuda.bindings import nvjitlink
+
+    options = [f"-arch=sm_{cc[0]}{cc[1]}", "-verbose"]
+    if registers is not None:
+        options.append(f"-maxrregcount={registers}")
+    handle = nvjitlink.create(len(options), options)
+    try:
+        data = ptx.encode()
+        nvjitlink.add_data(handle, nvjitlink.InputType.PTX, data, len(data), "kernel")
+        nvjitlink.complete(handle)
+        log = bytearray(nvjitlink.get_info_log_size(handle))
+        nvjitlink.get_info_log(handle, log)
+    finally:
+        nvjitlink.destroy(handle)
+    return parse_link_log(log.decode(errors="replace"), cc)
+
+
+def resources(cc: tuple[int, int] = (9, 0), encoder_registers: int | None = None, names=None
+              ) -> dict[str, KernelResources]:  # fmt: skip
+    """Each entry point's resources on `cc` (see link_resources), the encoder's under
+    `encoder_registers`."""
+    return {
+        name: link_resources(ptx, cc, encoder_registers if ENTRIES[name].capped else None)
+        for name, ptx in entry_ptx(cc, names)
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv != ["--ptx"]:
-        print("usage: python -m gocore.cuda --ptx", file=sys.stderr)
+    """python -m gocore.cuda --ptx | --resources [--encoder-registers N] [--cc 9.0]"""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m gocore.cuda", description=main.__doc__)
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--ptx", action="store_true", help="compile every kernel to PTX")
+    what.add_argument(
+        "--resources",
+        action="store_true",
+        help="registers, spills and resident warps of every kernel, linked for --cc",
+    )
+    parser.add_argument("--encoder-registers", default="none", help="the encoder's cap")
+    parser.add_argument("--kernels", default=None, help="only these, comma separated")
+    parser.add_argument("--cc", default="9.0", help="compute capability (9.0: H100, H200)")
+    try:
+        args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    except SystemExit as e:
+        return int(e.code or 0)
+    try:
+        cc = tuple(int(x) for x in args.cc.split("."))
+        if len(cc) != 2 or cc not in SM_WARPS:
+            raise ValueError
+    except ValueError:
+        known = ", ".join(f"{a}.{b}" for a, b in SM_WARPS)
+        print(
+            f"--cc {args.cc}: not one of the known compute capabilities ({known})", file=sys.stderr
+        )
         return 2
+    try:
+        registers = parse_registers(args.encoder_registers, "--encoder-registers")
+    except ValueError as e:
+        print(e, file=sys.stderr)
+        return 2
+    names = None if args.kernels is None else [n.strip() for n in args.kernels.split(",")]
+    unknown = sorted(set(names or ()) - set(ENTRIES))
+    if unknown:
+        print(f"--kernels: no kernel {', '.join(unknown)} (kernels: {', '.join(ENTRIES)})",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    if args.resources:
+        print(
+            f"sm_{cc[0]}{cc[1]}: {THREADS_PER_BLOCK} threads a block, an SM holds "
+            f"{SM_WARPS[cc]} warps; the encoder's register cap: {registers or 'none'}"
+        )
+        print(
+            f"{'kernel':>15} {'registers':>9} {'stack B':>7} {'spill st B':>10} "
+            f"{'spill ld B':>10} {'warps':>5} {'occupancy':>9}"
+        )
+        for name, r in resources(cc, registers, names).items():
+            print(
+                f"{name:>15} {r.registers:>9} {r.stack:>7} {r.spill_stores:>10} "
+                f"{r.spill_loads:>10} {r.warps:>5} {r.occupancy:>9.1%}"
+            )
+        return 0
     over = []
-    for name, (size, const) in compile_ptx().items():
+    for name, ptx in entry_ptx(cc, names):
+        size, const = len(ptx), const_bytes(ptx)
         print(f"{name}: {size} bytes of PTX, {const} bytes of constant data")
         if const > CONST_LIMIT:
             over.append(name)

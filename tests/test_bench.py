@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -73,6 +74,7 @@ def test_bench_selfplay_json_shape():
     assert (six["games_in_parallel"], six["batch"]) == (6, 12)
     # A row for each compile mode; the compiled net's did compile (no fallback to eager).
     assert (row["compile"], compiled["compile"], six["compile"]) == ("none", "default", "none")
+    assert row["encoder_registers"] is None  # the CUDA encoder's cap: none on the CPU
     assert compiled["selfplay_visits_per_s"] > 0 and compiled["net_only_evals_per_s"] > 0
     # The step's phases, each timed: the search's, the encoder's, the net's and the host's.
     phases = {"moves", "select", "encode", "legal", "net", "leaf values", "backup"}
@@ -100,6 +102,14 @@ def test_bench_selfplay_rejects_bad_runs():
     assert result.returncode == 2 and "runs on a GPU only" in result.stderr
     result = run_cli("bench", "selfplay", "--compile", "none,fast")
     assert result.returncode == 2 and "(got 'fast')" in result.stderr
+
+    def said(result) -> str:  # rich's error box, its borders and line breaks taken out
+        return " ".join(re.sub("[│╭╮╰╯─]", " ", result.stderr).split())
+
+    result = run_cli("bench", "selfplay", "--encoder-registers", "128")
+    assert result.returncode == 2 and "applies to the CUDA kernels" in said(result)
+    result = run_cli("bench", "selfplay", "--device", "cuda", "--encoder-registers", "none,300")
+    assert result.returncode == 2 and "'300' is not a register cap" in said(result)
 
 
 @pytest.mark.slow

@@ -246,6 +246,127 @@ def test_constant_data_is_counted_from_ptx():
     assert cuda_mod.const_bytes(ptx) == 13472 + 40 + 8
 
 
+def test_resident_warps_follow_cudas_occupancy_rules():
+    """Warps of 64-thread blocks an SM holds, worked by hand from CUDA's rules: 65,536
+    registers in 4 sub-partitions of 16,384, each holding whole warps, a warp's registers
+    rounded up to 256; at most 64 warps and 32 blocks on sm_90, 48 warps and 16 blocks on
+    sm_86."""
+    cases = {
+        255: 8,  # 255 x 32 = 8,160 -> 8,192 a warp: 2 warps a sub-partition
+        128: 16,  # 4,096 a warp: 4
+        108: 16,  # 3,456 -> 3,584: still 4 (16,384 / 3,584 = 4.6)
+        96: 20,  # 3,072: 5
+        76: 24,  # 2,432 -> 2,560: 6
+        40: 48,  # 1,280: 12
+        24: 64,  # 768: 21 a sub-partition, 84 warps, past the SM's 64 (32 blocks)
+    }
+    for registers, warps in cases.items():
+        assert cuda_mod.resident_warps(registers) == warps, registers
+    assert cuda_mod.resident_warps(24, (8, 6)) == 32  # its 16 blocks of 2 warps
+    assert cuda_mod.resident_warps(255, (8, 6)) == 8
+    with pytest.raises(ValueError, match="compute capability 6.1"):
+        cuda_mod.resident_warps(32, (6, 1))
+
+
+# nvJitLink's verbose log for one kernel (function names shortened): ptxas's lines for each
+# function of the module (here the entry and one device function it calls), then the linker's.
+_LINK_LOG = """ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function '_ZN6gocore4cuda13_encode_entry' for 'sm_90'
+ptxas info    : Function properties for _ZN6gocore4cuda13_encode_entry
+ptxas         .     32 bytes stack frame, 44 bytes spill stores, 92 bytes spill loads
+ptxas info    : Function properties for _ZN6gocore8features5helper
+ptxas         .     40 bytes stack frame, 8 bytes spill stores, 16 bytes spill loads
+ptxas info    : Used 255 registers, used 0 barriers
+ptxas info    : Compile time = 10894.306 ms
+info    : 408 bytes gmem, 24 bytes cmem[3]
+info    : Function properties for '_ZN6gocore4cuda13_encode_entry':
+info    : used 255 registers, used 5 barriers, 72 stack, 0 bytes smem, 5744 bytes cmem[0], 0 bytes lmem
+"""  # noqa: E501
+
+
+def test_the_linkers_log_is_read():
+    r = cuda_mod.parse_link_log(_LINK_LOG)
+    assert (r.registers, r.stack, r.spill_stores, r.spill_loads) == (255, 72, 52, 108)
+    assert (r.warps, r.occupancy) == (8, 0.125)
+    with pytest.raises(ValueError, match="no register count"):
+        cuda_mod.parse_link_log("ptxas info    : 0 bytes gmem\n")
+
+
+def test_encoder_register_caps_are_read_and_refused(monkeypatch):
+    assert cuda_mod.parse_registers("none") is None
+    assert cuda_mod.parse_registers(" ") is None
+    assert cuda_mod.parse_registers("128") == 128
+    for bad in ("31", "256", "12x", "-64"):
+        with pytest.raises(ValueError, match=rf"THE_VAR: '{re.escape(bad)}' is not a register"):
+            cuda_mod.parse_registers(bad, "THE_VAR")
+    # The environment's cap, read at the first launch; a bad one names the variable.
+    monkeypatch.setattr(cuda_mod, "_encoder_registers", None)
+    monkeypatch.setattr(cuda_mod, "_encoder_registers_read", False)
+    monkeypatch.setenv(cuda_mod.ENCODER_REGISTERS_ENV, "96")
+    assert cuda_mod.encoder_registers() == 96
+    monkeypatch.setattr(cuda_mod, "_encoder_registers_read", False)
+    monkeypatch.setenv(cuda_mod.ENCODER_REGISTERS_ENV, "lots")
+    with pytest.raises(ValueError, match=cuda_mod.ENCODER_REGISTERS_ENV):
+        cuda_mod.encoder_registers()
+    cuda_mod.set_encoder_registers(None)
+    assert cuda_mod.encoder_registers() is None
+    with pytest.raises(ValueError):
+        cuda_mod.set_encoder_registers(300)
+
+
+def test_a_capped_encoder_plays_the_cpus_rows(gpu, monkeypatch):
+    """The encoder launched under a register cap (on a GPU, a kernel of its own; in the
+    simulator the same Python) writes what the CPU writes."""
+    monkeypatch.setattr(cuda_mod, "_encoder_registers", None)
+    monkeypatch.setattr(cuda_mod, "_encoder_registers_read", True)
+    games, tensor = 3, 9
+    host, device = _play_both(gpu, games, [9, 9, 7], steps=30, seed=5)
+    planes = np.zeros((games, F.N_PLANES, tensor, tensor), np.float32)
+    glob = np.zeros((games, F.N_GLOBALS), np.float32)
+    F.encode_all(host, F.new_work(host), planes, glob)
+    cuda_mod.set_encoder_registers(64)
+    d_planes = gpu.zeros(planes.shape, np.float32)
+    d_glob = gpu.zeros(glob.shape, np.float32)
+    gpu.encode_all(device, gpu.new_work(device), d_planes, d_glob)
+    assert np.array_equal(planes, gpu.to_numpy(d_planes))
+    assert np.array_equal(glob, gpu.to_numpy(d_glob))
+    assert "_encode_entry (at most 64 registers)" in cuda_mod.FIRST_LAUNCH
+
+
+@pytest.mark.slow
+def test_kernel_resources_are_counted_without_a_gpu():
+    """NVVM's PTX linked by nvJitLink for sm_90 (no GPU): the encoder under a cap of 128
+    registers keeps to it and so holds at least 16 warps an SM; another kernel is left as
+    the compiler made it."""
+    try:
+        from cuda.bindings import nvjitlink  # noqa: F401
+        from cuda.pathfinder import load_nvidia_dynamic_lib
+
+        load_nvidia_dynamic_lib("nvvm")
+        load_nvidia_dynamic_lib("nvJitLink")
+    except Exception:  # noqa: BLE001 - any failure to find them means: cannot check here
+        pytest.skip("NVVM or nvJitLink (the CUDA toolkit's libraries) is not installed")
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    result = subprocess.run(
+        [sys.executable, "-m", "gocore.cuda", "--resources", "--kernels", "encode,gather",
+         "--encoder-registers", "128"],
+        capture_output=True, text=True, env=env, timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.splitlines()
+    assert "the encoder's register cap: 128" in lines[0]
+    rows = {line.split()[0]: line.split() for line in lines[2:]}
+    assert set(rows) == {"encode", "gather"}
+    encode, gather = rows["encode"], rows["gather"]
+    assert 0 < int(encode[1]) <= 128 and int(encode[5]) >= 16
+    assert 0 < int(gather[1]) <= 64 and int(gather[5]) >= 32
+    bad = subprocess.run(
+        [sys.executable, "-m", "gocore.cuda", "--resources", "--kernels", "encoder"],
+        capture_output=True, text=True, env=env, timeout=60,
+    )  # fmt: skip
+    assert bad.returncode == 2 and "no kernel encoder" in bad.stderr
+
+
 _CACHE_PROBE = """
 import json, os, warnings
 from numba import cuda
