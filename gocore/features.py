@@ -26,7 +26,8 @@ escapes by capturing come out of the reading. The reader is a depth-first search
 explicit stack (no recursion) on a colours-only copy of the board: liberties are counted by
 flood fill and a move is undone by restoring the stones it captured. A ladder that needs a ko
 is not counted (the defender is assumed to win kos), and a search over its depth or node budget
-counts as an escape.
+counts as an escape. A search is not started where its answer is known: the defender's
+extension to its liberty would give 3 liberties or more.
 
 Pass-alive area (Benson 1976): chains of a colour with at least two vital regions, iterated to
 a fixed point, plus the regions they enclose that have at most one point not next to one of
@@ -326,6 +327,36 @@ def _reader_play(color, mark, fill, captured, stride, p, c, top):
     return top, ko
 
 
+@kernel
+def _open_sides(color, stride, p, besides):
+    """How many of p's neighbours other than `besides` are empty on the reader's board."""
+    n = 0
+    for q in (p - stride, p - 1, p + 1, p + stride):
+        if q != besides and color[q] == EMPTY:
+            n += 1
+    return n
+
+
+@routine
+def _extends_to_three(color, mark, fill, stride, target, lib):
+    """Whether the reader's chain at `target`, whose one liberty is `lib` and whose stones the
+    last flood fill marked, has 3 liberties or more once its owner plays `lib` (captures left
+    out: they only add). The empty points around `lib` answer it without a fill unless the
+    move joins another chain of the owner's."""
+    c = color[target]
+    s = mark[0]  # the stamp of the fill that walked the chain
+    joins = False
+    for q in (lib - stride, lib - 1, lib + 1, lib + stride):
+        if color[q] == c and mark[q] != s:
+            joins = True
+    if not joins:
+        return _open_sides(color, stride, lib, NO_POINT) >= 3
+    color[lib] = c
+    libs, _, _ = _chain_liberties(color, mark, fill, stride, target, 3)
+    color[lib] = EMPTY
+    return libs >= 3
+
+
 @routine
 def _defender_options(color, mark, fill, chain, adjacent, options, stride, target):
     """The defender's moves: captures of adjacent attacker chains in atari (each gains
@@ -425,6 +456,12 @@ def _ladder_captured(w, g, stride, target, log_start):
                     returned = True
                     depth -= 1
                     continue
+                if depth == 0 and _extends_to_three(color, mark, fill, stride, target, lib0):
+                    # Whatever the defender tries first, the search ends in an escape (a
+                    # capture that fails leaves the extension; a budget run out counts as
+                    # one). Only at the root, where skipping the search changes no other
+                    # node's budget.
+                    return False
                 node_count[depth] = _defender_options(
                     color, mark, fill, w.chain[g], w.adjacent[g], node_moves[depth], stride, target
                 )
@@ -472,7 +509,8 @@ def _ladder_captured(w, g, stride, target, log_start):
 @routine
 def _ladder_catches(w, g, stride, target, ko, record, catches):
     """For the reader's chain at `target` with 2 liberties: how many of the attacker's moves on
-    them start a ladder that captures it; with `record`, catches[move] = 1 for each."""
+    them start a ladder that captures it; with `record`, catches[move] = 1 for each (without,
+    it stops at the first: 0 or 1)."""
     color = w.color[g]
     mark = w.mark[g]
     fill = w.fill[g]
@@ -483,6 +521,11 @@ def _ladder_catches(w, g, stride, target, ko, record, catches):
         return 0
     found = 0
     for move in (lib0, lib1):
+        other = lib1 if move == lib0 else lib0
+        if _open_sides(color, stride, other, move) >= 3:
+            # The defender extends to `other` with 3 liberties or more (the attacker's move
+            # can only add some, by capturing): as in _ladder_captured, no ladder.
+            continue
         if not _reader_legal(color, mark, fill, stride, move, attacker, ko):
             continue
         top, _ = _reader_play(color, mark, fill, captured, stride, move, attacker, 0)
@@ -491,8 +534,9 @@ def _ladder_catches(w, g, stride, target, ko, record, catches):
         _reader_undo(color, captured, move, attacker, 0, top)
         if caught:
             found += 1
-            if record:
-                catches[move] = 1
+            if not record:
+                break  # one catch is enough to call the chain laddered
+            catches[move] = 1
     return found
 
 

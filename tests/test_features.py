@@ -241,6 +241,16 @@ LADDERS = [
         "",
     ),
     ("extension_gets_three_liberties", _board(_with(NET, y5=". . . . X . . . .")), WHITE, "", ""),
+    # Extending to F5 joins white G5: 4 liberties, no ladder; with black G4 and H5 the joined
+    # chain has 2 (F6, G6) and Black G6 leads the ladder on; G5 alone is laddered too, by G6.
+    ("extension_joins_a_strong_chain", _board(_with(NET, y4=". . . X O . O . .")), WHITE, "", ""),
+    (
+        "extension_joins_a_weak_chain",
+        _board(_with(NET, y4=". . . X O . O X .", y5=". . . . X X X . .")),
+        WHITE,
+        "E5 G5",
+        "",
+    ),
     (
         "two_liberties_attacker_to_move",
         _board(_with(NET, y5=". . . . . X . . .")),
