@@ -881,9 +881,9 @@ def bench_selfplay(
         typer.Option(
             help="With --device cuda: at most this many registers a thread for the encoder's "
             "kernels (none: the compiler's choice, 255 for the encoder); several, comma "
-            "separated, a row each."
+            "separated, a row each. Default: TENGEN_CUDA_ENCODER_REGISTERS, else none."
         ),
-    ] = "none",
+    ] = "",
     profile: Annotated[
         str | None,
         typer.Option(help="Write a cProfile of the first row's self-play to this file."),
@@ -919,18 +919,22 @@ def bench_selfplay(
                 f"expected {', '.join(COMPILE_MODES)} (got {c!r})", param_hint="--compile"
             )
     caps = [c.strip() for c in encoder_registers.split(",")]
-    if caps == ["none"]:
+    if device != "cuda":
+        if caps not in ([""], ["none"]):
+            raise typer.BadParameter(
+                "a register cap applies to the CUDA kernels: --device cuda",
+                param_hint="--encoder-registers",
+            )
         caps = [None]
-    elif device != "cuda":
-        raise typer.BadParameter(
-            "a register cap applies to the CUDA kernels: --device cuda",
-            param_hint="--encoder-registers",
-        )
     else:
-        from gocore.cuda import parse_registers
+        from gocore import cuda
 
-        try:
-            caps = [parse_registers(c) for c in caps]
+        try:  # none given: the environment's cap (an error names the variable)
+            caps = (
+                [cuda.parse_registers(c) for c in caps]
+                if caps != [""]
+                else [cuda.encoder_registers()]
+            )
         except ValueError as e:
             raise typer.BadParameter(str(e), param_hint="--encoder-registers") from None
     pairs = []

@@ -237,7 +237,7 @@ def set_encoder_registers(registers: int | None) -> None:
     launch on; each cap compiles (or loads from the disk cache) a kernel of its own."""
     global _encoder_registers, _encoder_registers_read
     if registers is not None:
-        parse_registers(str(registers), "set_encoder_registers")
+        registers = parse_registers(str(registers), "set_encoder_registers")
     _encoder_registers, _encoder_registers_read = registers, True
 
 
@@ -446,7 +446,8 @@ def _launch(entry, games: int, *args) -> None:
     if games == 0:
         return  # a grid of no blocks is an error to numba-cuda
     blocks = (games + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK
-    registers = encoder_registers() if entry.capped else None
+    # The simulator runs Python: no registers to cap.
+    registers = encoder_registers() if entry.capped and not simulated() else None
     kernel = entry(registers)
     name = entry.py_func.__name__
     if registers is not None:
@@ -471,7 +472,20 @@ def _launch(entry, games: int, *args) -> None:
     how = "ran"
     if stats is not None:
         how = "loaded from the disk cache" if sum(stats.cache_hits.values()) else "compiled"
-    _log.info("CUDA kernel %s: %s and launched in %.1f s", name, how, seconds)
+    _log.info("CUDA kernel %s: %s and launched in %.1f s%s", name, how, seconds,
+              _machine_code(kernel))  # fmt: skip
+
+
+def _machine_code(kernel) -> str:
+    """What a compiled kernel's machine code takes of the GPU (", N registers a thread, L
+    bytes of local memory"), or "" (the simulator's kernels, or numba-cuda cannot say)."""
+    try:
+        regs, local = kernel.get_regs_per_thread(), kernel.get_local_mem_per_thread()
+    except Exception:  # noqa: BLE001 - the simulator's kernels have no machine code
+        return ""
+    if isinstance(regs, dict):  # one value a signature compiled (the first launch: one)
+        regs, local = max(regs.values()), max(local.values())
+    return f", {regs} registers a thread, {local} bytes of local memory"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -752,11 +766,13 @@ def const_bytes(ptx: str) -> int:
     return sum(int(bits) // 8 * int(n or 1) for bits, n in _CONST_DECL.findall(ptx))
 
 
-def entry_ptx(cc: tuple[int, int] = (9, 0), names=None):
-    """(name, PTX) of each entry point (or those in `names`), compiled by NVVM for compute
+def entry_code(cc: tuple[int, int] = (9, 0), names=None, output: str = "ptx"):
+    """(name, code) of each entry point (or those in `names`), compiled by NVVM for compute
     capability `cc` over sample arguments of the types the pipeline launches them with, without
-    a GPU. Checks that the kernels are valid CUDA code, which the simulator cannot; `main` also
-    checks that each fits the constant bank (`CONST_LIMIT`)."""
+    a GPU: PTX text, or with output="ltoir" the LTO-IR bytes that numba-cuda hands nvJitLink on
+    a GPU where nvJitLink is installed (link-time optimization). Checks that the kernels are
+    valid CUDA code, which the simulator cannot; `main` also checks that each fits the constant
+    bank (`CONST_LIMIT`)."""
     import numba
 
     b = board.new_boards(2, 9)
@@ -803,17 +819,21 @@ def entry_ptx(cc: tuple[int, int] = (9, 0), names=None):
         if names is not None and name not in names:
             continue
         signature = tuple(numba.typeof(arg) for arg in samples[name])
-        ptx, _ = cuda.compile_ptx(_rebuilt_entry(entry.py_func), signature, cc=cc)
-        yield name, ptx
+        fn = _rebuilt_entry(entry.py_func)
+        if output == "ptx":
+            code, _ = cuda.compile_ptx(fn, signature, cc=cc)
+        else:
+            code, _ = cuda.compile(fn, signature, device=False, output="ltoir", cc=cc, abi="numba")
+        yield name, code
 
 
 # What an SM holds (CUDA's occupancy rules, as cuda_occupancy.h has them, per compute
-# capability): registers, in 4 sub-partitions that each hold whole warps, handed to a warp in
-# units of 256; resident warps and blocks.
+# capability, from Turing on: CUDA 13 compiles for no older GPU): registers, in 4 sub-partitions
+# that each hold whole warps, handed to a warp in units of 256; resident warps and blocks.
 SM_REGISTERS = 65536
 SM_PARTITIONS = 4
-SM_WARPS = {(7, 0): 64, (7, 5): 32, (8, 0): 64, (8, 6): 48, (8, 9): 48, (9, 0): 64}
-SM_BLOCKS = {(7, 0): 32, (7, 5): 16, (8, 0): 32, (8, 6): 16, (8, 9): 24, (9, 0): 32}
+SM_WARPS = {(7, 5): 32, (8, 0): 64, (8, 6): 48, (8, 9): 48, (9, 0): 64}
+SM_BLOCKS = {(7, 5): 16, (8, 0): 32, (8, 6): 16, (8, 9): 24, (9, 0): 32}
 REGISTER_UNIT = 256
 
 
@@ -847,7 +867,7 @@ def resident_warps(registers: int, cc: tuple[int, int] = (9, 0), threads: int = 
     return blocks * warps_per_block
 
 
-_USED = re.compile(r"Used (\d+) registers")
+_USED = re.compile(r"used (\d+) registers", re.IGNORECASE)
 _FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 _STACK = re.compile(r"used \d+ registers,.*?(\d+) stack,")
 
@@ -873,20 +893,28 @@ def parse_link_log(log: str, cc: tuple[int, int] = (9, 0)) -> KernelResources:
     )
 
 
-def link_resources(ptx: str, cc: tuple[int, int] = (9, 0), registers: int | None = None
+def link_resources(code: str | bytes, cc: tuple[int, int] = (9, 0), registers: int | None = None
                    ) -> KernelResources:  # fmt: skip
-    """Link PTX to machine code for `cc` with nvJitLink (the linker numba-cuda uses on a GPU; no
-    GPU needed), under a register cap if given, and read what it used."""
+    """Link a kernel's PTX (text) or LTO-IR (bytes, optimized again at link time, as numba-cuda
+    links on a GPU with nvJitLink) to machine code for `cc` with nvJitLink (no GPU needed),
+    under a register cap if given, and read what it used."""
     from cuda.bindings import nvjitlink
 
-    options = [f"-arch=sm_{cc[0]}{cc[1]}", "-verbose"]
+    lto = isinstance(code, bytes)
+    options = [f"-arch=sm_{cc[0]}{cc[1]}", "-verbose"] + (["-lto"] if lto else [])
     if registers is not None:
         options.append(f"-maxrregcount={registers}")
+    kind = nvjitlink.InputType.LTOIR if lto else nvjitlink.InputType.PTX
+    data = code if lto else code.encode()
     handle = nvjitlink.create(len(options), options)
     try:
-        data = ptx.encode()
-        nvjitlink.add_data(handle, nvjitlink.InputType.PTX, data, len(data), "kernel")
-        nvjitlink.complete(handle)
+        nvjitlink.add_data(handle, kind, data, len(data), "kernel")
+        try:
+            nvjitlink.complete(handle)
+        except nvjitlink.nvJitLinkError as e:
+            error = bytearray(nvjitlink.get_error_log_size(handle))
+            nvjitlink.get_error_log(handle, error)
+            raise RuntimeError(f"nvJitLink: {e}: {error.decode(errors='replace')}") from None
         log = bytearray(nvjitlink.get_info_log_size(handle))
         nvjitlink.get_info_log(handle, log)
     finally:
@@ -894,18 +922,18 @@ def link_resources(ptx: str, cc: tuple[int, int] = (9, 0), registers: int | None
     return parse_link_log(log.decode(errors="replace"), cc)
 
 
-def resources(cc: tuple[int, int] = (9, 0), encoder_registers: int | None = None, names=None
-              ) -> dict[str, KernelResources]:  # fmt: skip
-    """Each entry point's resources on `cc` (see link_resources), the encoder's under
+def resources(cc: tuple[int, int] = (9, 0), encoder_registers: int | None = None, names=None):
+    """(name, KernelResources) of each entry point on `cc`, one at a time as each is compiled
+    and linked the way numba-cuda does on a GPU (LTO-IR through nvJitLink), the encoder's under
     `encoder_registers`."""
-    return {
-        name: link_resources(ptx, cc, encoder_registers if ENTRIES[name].capped else None)
-        for name, ptx in entry_ptx(cc, names)
-    }
+    for name, code in entry_code(cc, names, output="ltoir"):
+        yield name, link_resources(code, cc, encoder_registers if ENTRIES[name].capped else None)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """python -m gocore.cuda --ptx | --resources [--encoder-registers N] [--cc 9.0]"""
+    """python -m gocore.cuda --ptx | --resources [--encoder-registers N] [--kernels A,B] [--cc X.Y]:
+    every CUDA kernel compiled to PTX (its constant data checked), or its resources (registers,
+    stack, spills and the warps an SM holds), without a GPU."""
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m gocore.cuda", description=main.__doc__)
@@ -916,7 +944,9 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="registers, spills and resident warps of every kernel, linked for --cc",
     )
-    parser.add_argument("--encoder-registers", default="none", help="the encoder's cap")
+    parser.add_argument(
+        "--encoder-registers", default="none", help="with --resources: the encoder's cap"
+    )
     parser.add_argument("--kernels", default=None, help="only these, comma separated")
     parser.add_argument("--cc", default="9.0", help="compute capability (9.0: H100, H200)")
     try:
@@ -938,6 +968,10 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(e, file=sys.stderr)
         return 2
+    if registers is not None and not args.resources:
+        print("--encoder-registers: a cap is applied at link time: with --resources",
+              file=sys.stderr)  # fmt: skip
+        return 2
     names = None if args.kernels is None else [n.strip() for n in args.kernels.split(",")]
     unknown = sorted(set(names or ()) - set(ENTRIES))
     if unknown:
@@ -953,14 +987,19 @@ def main(argv: list[str] | None = None) -> int:
             f"{'kernel':>15} {'registers':>9} {'stack B':>7} {'spill st B':>10} "
             f"{'spill ld B':>10} {'warps':>5} {'occupancy':>9}"
         )
-        for name, r in resources(cc, registers, names).items():
-            print(
-                f"{name:>15} {r.registers:>9} {r.stack:>7} {r.spill_stores:>10} "
-                f"{r.spill_loads:>10} {r.warps:>5} {r.occupancy:>9.1%}"
-            )
+        try:
+            for name, r in resources(cc, registers, names):
+                print(
+                    f"{name:>15} {r.registers:>9} {r.stack:>7} {r.spill_stores:>10} "
+                    f"{r.spill_loads:>10} {r.warps:>5} {r.occupancy:>9.1%}",
+                    flush=True,
+                )
+        except (ImportError, OSError, RuntimeError) as e:  # no NVVM or nvJitLink, a failed link
+            print(f"cannot count the kernels' resources here: {e}", file=sys.stderr)
+            return 1
         return 0
     over = []
-    for name, ptx in entry_ptx(cc, names):
+    for name, ptx in entry_code(cc, names):
         size, const = len(ptx), const_bytes(ptx)
         print(f"{name}: {size} bytes of PTX, {const} bytes of constant data")
         if const > CONST_LIMIT:
