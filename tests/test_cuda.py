@@ -294,6 +294,10 @@ def test_the_linkers_log_is_read():
     assert (r.warps, r.occupancy) == (8, 0.125)
     with pytest.raises(ValueError, match="no register count"):
         cuda_mod.parse_link_log("ptxas info    : 0 bytes gmem\n")
+    # Linked from LTO-IR the linker adds no line of its own: the stack is the largest frame.
+    lto = "\n".join(line for line in _LINK_LOG.splitlines() if not line.startswith("info"))
+    r = cuda_mod.parse_link_log(lto)
+    assert (r.registers, r.stack, r.spill_stores, r.spill_loads) == (255, 40, 52, 108)
 
 
 def test_encoder_register_caps_are_read_and_refused(monkeypatch):
