@@ -98,10 +98,12 @@ def bench_one(
         f"{sp.finished} games ended"
     )
     visits0, moves0, evals0, steps0 = sp.visits_done, sp.moves_done, sp.evaluations, sp.steps
+    mirrored0 = sp.roots_mirrored
     elapsed = _step_for(sp, seconds)
     # The timed loop's counts, before the runs below add to them.
     visits, moves, evals, steps = (sp.visits_done - visits0, sp.moves_done - moves0,
                                    sp.evaluations - evals0, sp.steps - steps0)  # fmt: skip
+    mirrored = sp.roots_mirrored - mirrored0
     # Where a step's time goes: a shorter second run with each phase timed (the device is
     # synchronized around each, which removes any overlap of host and device work; a step's
     # own bookkeeping between the phases is the rest of `step`).
@@ -152,6 +154,10 @@ def bench_one(
         "net_only_evals_per_s": round(net_rate, 1),
         "efficiency": round(visit_rate / net_rate, 4),
         "ms_per_step": phases,
+        # The games whose root changed, a step: on a GPU, their rows of the roots cross to the
+        # device (all of them where they are more than half the games).
+        "roots_changed_per_step": round(mirrored / steps, 1),
+        "root_bytes": sum(a.nbytes for a in sp.roots if isinstance(a, np.ndarray)) // sp.slots,
     }
 
 
@@ -253,6 +259,9 @@ def format_row(r: dict) -> str:
         f"{r['net_only_evals_per_s']:>11,.0f} {r['efficiency']:>10.1%}"
         + f"\n    {r['steps_per_s']:,.1f} steps/s; timed apart, ms a step: "
         + ", ".join(f"{k} {v:.2f}" for k, v in r["ms_per_step"].items())
+        + f"\n    roots changed a step: {r['roots_changed_per_step']:,.1f} games of "
+        f"{r['games_in_parallel']:,} ({r['roots_changed_per_step'] * r['root_bytes'] / 1e6:,.2f}"
+        f" MB to a GPU; all: {r['games_in_parallel'] * r['root_bytes'] / 1e6:,.2f} MB)"
     )
 
 

@@ -176,7 +176,8 @@ def play_match(
     moves (no temperature); else PUCT roots, moves drawn from the visits with the
     temperature. On `device` "cuda" the search, the leaf boards and the encoding run on the
     GPU (gocore.device); the boards of the games are kept on the host and mirrored there after
-    every move. The same seed plays the same games on either device."""
+    every move (the rows of the games still on). The same seed plays the same games on either
+    device."""
     xp = backend(device)
     a_is_black = np.asarray(a_is_black, np.bool_)
     games = len(a_is_black)
@@ -224,7 +225,7 @@ def play_match(
                 end=temperature_end,
             )
         play_some(roots, moves, ~over)
-        xp.mirror(roots, device_roots)
+        xp.mirror(roots, device_roots, ~over)  # the games still on
         over |= (roots.passes >= 2) | (roots.move_count >= max_moves)
     results = []
     for g in range(games):

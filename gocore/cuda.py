@@ -26,6 +26,7 @@ import sys
 import time
 import types
 import warnings
+import weakref
 from typing import NamedTuple
 
 import numpy as np
@@ -417,6 +418,16 @@ def _take_rows_entry(src, rows, dst):
         dst[r, i - r * width] = src[rows[r], i - r * width]
 
 
+@_entry
+def _put_rows_entry(src, rows, dst):
+    # take_rows' inverse: src's first rows.shape[0] rows to dst's rows `rows`.
+    i = cuda.grid(1)
+    width = src.shape[1]
+    if i < rows.shape[0] * width:
+        r = i // width
+        dst[rows[r], i - r * width] = src[r, i - r * width]
+
+
 ENTRIES = {
     "reset": _reset_entry,
     "play": _play_entry,
@@ -439,6 +450,7 @@ ENTRIES = {
     "priors": _priors_entry,
     "gather": _gather_entry,
     "take_rows": _take_rows_entry,
+    "put_rows": _put_rows_entry,
 }
 
 
@@ -722,17 +734,63 @@ def upload(host: np.ndarray, device) -> None:
     device.copy_to_device(np.ascontiguousarray(host, dtype=device.dtype))
 
 
-def mirror(host, device=None):
+def mirror(host, device=None, which=None):
     """A device copy of a host batch (a Boards, Tree or FeatureWork): into `device`'s arrays
-    when given (same shapes; one transfer per array), else new ones."""
+    when given (same shapes), else new ones. With `which` ([G] bool over the arrays' first
+    axis), only the rows it marks cross (`put_rows`), unless they are most of them: then, as
+    without it, one transfer per array."""
     if device is None:
         return to_device(host)
+    rows = None
+    if which is not None:
+        games = next(h for h in host if isinstance(h, np.ndarray)).shape[0]
+        marked = np.broadcast_to(_host(which), (games,))
+        if not marked.any():
+            return device
+        if 2 * np.count_nonzero(marked) <= games:
+            rows = np.flatnonzero(marked)
+            rows = (rows, cuda.to_device(rows))
+    _mirror_rows(host, device, rows)
+    return device
+
+
+def _mirror_rows(host, device, rows) -> None:
     for h, d in zip(host, device, strict=True):
         if isinstance(h, np.ndarray):
-            upload(h, d)
+            if rows is None:
+                upload(h, d)
+            else:
+                put_rows(h, d, *rows)
         elif isinstance(h, tuple):
-            mirror(h, d)
-    return device
+            _mirror_rows(h, d, rows)
+
+
+# Per device array that `put_rows` writes into (by id, dropped when the array goes): its staging
+# pair, pinned host memory and device memory of its shape, made at its first partial upload and
+# kept (pinning memory costs more than the copy).
+_staging: dict[int, tuple] = {}
+
+
+def put_rows(host: np.ndarray, device, rows: np.ndarray, device_rows=None) -> None:
+    """host[rows] into device[rows] (rows: int64 indices into the first axis; `device_rows`:
+    the same on the device, if there already): gathered into pinned memory, one transfer of
+    those rows, scattered on the device."""
+    games = host.shape[0]
+    flat = host.reshape(games, -1)
+    staged = _staging.get(id(device))
+    if staged is None:
+        staged = _staging[id(device)] = (
+            cuda.pinned_array(flat.shape, flat.dtype),
+            cuda.device_array(flat.shape, flat.dtype),
+        )
+        weakref.finalize(device, _staging.pop, id(device), None)
+    pinned, stage = staged
+    k = len(rows)
+    np.take(flat, rows, axis=0, out=pinned[:k])
+    stage[:k].copy_to_device(pinned[:k])
+    if device_rows is None:
+        device_rows = cuda.to_device(np.ascontiguousarray(rows, np.int64))
+    _launch(_put_rows_entry, k * flat.shape[1], stage, device_rows, device.reshape(games, -1))
 
 
 def _host(x):
@@ -809,6 +867,7 @@ def entry_code(cc: tuple[int, int] = (9, 0), names=None, output: str = "ptx"):
         "priors": (t, np.zeros(b.color.shape, np.float32)),
         "gather": (t, np.zeros((2, 6), np.int32), np.zeros((2, 3), np.float32)),
         "take_rows": (np.zeros((2, 4), np.float32), i64, np.zeros((2, 4), np.float32)),
+        "put_rows": (np.zeros((2, 4), np.int16), i64, np.zeros((2, 4), np.int16)),
     }
     # numba-cuda asks the current GPU for its compute capability when it compiles a device
     # function; with no GPU, answer with the target's.

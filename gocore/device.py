@@ -33,7 +33,9 @@ class Backend:
     encode_some: Callable  # (b, work, which[G], planes, glob, symmetry=None) -> None
     take_rows: Callable  # (array, rows) -> array[rows], on this device
     upload: Callable  # (host array, array) -> None: the host values into the array
-    mirror: Callable  # (host batch, batch=None) -> this device's copy (the host's on the CPU)
+    # (host batch, batch=None, which=None) -> this device's copy (the host's on the CPU); with
+    # `which` ([G] bool), only those games' rows change
+    mirror: Callable
     # The search (gocore.search's batched API): trees stay on this device.
     new_tree: Callable  # (games, max_nodes, max_edges, leaves_per_game, area) -> Tree
     new_leaves: Callable  # (roots, leaves_per_game) -> Boards
@@ -57,7 +59,7 @@ def _upload_cpu(host: np.ndarray, array: np.ndarray) -> None:
         array[...] = host
 
 
-def _mirror_cpu(host, array=None):
+def _mirror_cpu(host, array=None, which=None):
     return host
 
 

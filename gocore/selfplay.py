@@ -394,7 +394,8 @@ class SelfPlay:
         leaves_per_game = config.leaves_per_game
         # The roots on the device (the host's own on the CPU), mirrored when they change.
         self.device_roots = xp.mirror(self.roots)
-        self.roots_changed = False
+        # The games whose root changed since the device's copy was last brought up to date.
+        self.roots_changed = np.zeros(slots, np.bool_)
         self.leaves = xp.new_leaves(self.device_roots, leaves_per_game)
         cells = self.roots.color.shape[1]
         max_nodes = config.max_visits + leaves_per_game + 2
@@ -443,6 +444,7 @@ class SelfPlay:
         # Counters for progress and metrics.
         self.steps = 0
         self.visits_done = 0
+        self.roots_mirrored = 0  # game roots brought up to date on the device (rows mirrored)
         self.moves_done = 0
         self.evaluations = 0
         # Seconds per phase of a step, when timed (a dict: `bench selfplay` sets it); the
@@ -514,7 +516,7 @@ class SelfPlay:
             mean = self.config.opening_moves * info.size * info.size
             self.opening_left[g] = int(self.rng.exponential(mean)) if mean > 0 else 0
             self.started += 1
-        self.roots_changed = True
+        self.roots_changed[g] = True
         self.is_side[g] = side
         info.index = len(self.info)
         self.info.append(info)
@@ -545,9 +547,10 @@ class SelfPlay:
         """Before the kernels read them: the roots and what the driver set in the trees, on
         the device (nothing to do on the CPU, where they are the same arrays)."""
         xp, t = self.xp, self.tree
-        if self.roots_changed:
-            xp.mirror(self.roots, self.device_roots)
-            self.roots_changed = False
+        if self.roots_changed.any():
+            xp.mirror(self.roots, self.device_roots, self.roots_changed)
+            self.roots_mirrored += int(self.roots_changed.sum())
+            self.roots_changed[:] = False
         xp.upload(self.explore, t.explore)
         xp.upload(self.budget, t.budget)
         xp.upload(self.centre, t.centre)
@@ -809,7 +812,7 @@ class SelfPlay:
         all_moves = np.zeros(self.slots, np.int64)
         all_moves[idx] = moves
         play_some(self.roots, all_moves, moving)
-        self.roots_changed = True
+        self.roots_changed |= moving
         if gumbel:  # a Gumbel search schedules its own visits: it starts from a fresh root
             xp.reset_some(t, moving)
         else:

@@ -81,6 +81,8 @@ def test_bench_selfplay_json_shape():
     assert set(row["ms_per_step"]) == phases | {"step"}
     assert all(ms > 0 for ms in row["ms_per_step"].values())
     assert sum(row["ms_per_step"][k] for k in phases) <= row["ms_per_step"]["step"]
+    # What of the roots a GPU receives a step: the games that moved or started, some of the 4.
+    assert 0 < row["roots_changed_per_step"] < 4 and row["root_bytes"] > 1000
     assert "first step" in result.stderr and "warmed up" in result.stderr
     assert {
         "net", "board", "games_in_parallel", "device", "selfplay_visits_per_s",

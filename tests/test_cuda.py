@@ -181,6 +181,50 @@ def test_device_buffers_are_refused_as_numpy(gpu):
         )
 
 
+def test_mirror_sends_only_the_rows_of_the_games_marked(gpu):
+    """`mirror(host, device, which)`: the marked games' rows of every array of the batch cross
+    (pinned staging, one scatter a field) and the others stay as the device had them; with most
+    games marked, everything crosses; with none, nothing."""
+    import gc
+
+    host, _ = _play_both(gpu, 6, 5, steps=4, seed=2)
+    device = cuda_mod.mirror(host)
+    stale = cuda_mod.to_host(device)
+    pick = np.random.default_rng(4)
+    for _ in range(3):  # the host's games go on; the device's copy does not follow
+        legal = gb.legal_all(host)
+        gb.play_all(host, np.array([pick.choice(np.flatnonzero(row)) for row in legal]))
+
+    def copied():
+        return {name: getattr(cuda_mod.to_host(device), name) for name in gb.Boards._fields}
+
+    assert gpu.mirror(host, device, np.zeros(6, np.bool_)) is device
+    for name, value in copied().items():
+        assert np.array_equal(value, getattr(stale, name)), name
+    which = np.array([True, False, False, True, False, True])  # half: row by row
+    cuda_mod.mirror(host, device, which)
+    arrays = 0
+    for name, value in copied().items():
+        if isinstance(value, np.ndarray):
+            arrays += 1
+            assert np.array_equal(value[which], getattr(host, name)[which]), name
+            assert np.array_equal(value[~which], getattr(stale, name)[~which]), name
+    assert arrays == len(gb.Boards._fields) - 1  # all but the stride
+    assert not np.array_equal(stale.color[which], host.color[which])  # rows did change
+    # The same device arrays take a second partial upload (their staging is kept)...
+    cuda_mod.mirror(host, device, ~which)
+    _assert_same_boards(host, device)
+    # ... and give it back when they go.
+    staged = len(cuda_mod._staging)
+    del device
+    gc.collect()
+    assert len(cuda_mod._staging) == staged - arrays
+    # Most games marked: the whole arrays cross, the unmarked rows with them.
+    device = cuda_mod.mirror(stale)
+    cuda_mod.mirror(host, device, np.array([True] * 4 + [False] * 2))
+    _assert_same_boards(host, device)
+
+
 def test_backend_names():
     assert backend("cpu").name == "cpu"
     with pytest.raises(ValueError, match="device must be one of cpu, cuda"):

@@ -346,6 +346,28 @@ def test_opening_moves_from_the_raw_policy_never_pass():
     assert gb.PASS in searched
 
 
+def test_only_the_roots_that_changed_are_marked_for_the_device():
+    """The driver marks a game's root for the device's copy when a move is played on it or a
+    game (or side position) starts in its slot, and only then: the marks add up, step after
+    step, to the slots whose root changed, and what `_sync` mirrored is counted."""
+    params = SelfPlayParams.model_validate(
+        small_params(games=10, slots=4, side_position_probability=0.3)["selfplay"]
+    )
+    sp = SP.SelfPlay(params.config(), SP.UniformNet(0), games=10, slots=4, seed=3)
+    marked = 0
+    partial = 0
+    while sp.finished < sp.games or sp.side_info or sp.active.any():
+        turns, games = sp.roots.move_count.copy(), sp.game.copy()
+        sp.step()
+        changed = (sp.roots.move_count != turns) | (sp.game != games)
+        marked += int(changed.sum())
+        partial += 0 < changed.sum() < sp.slots
+    assert marked == sp.roots_mirrored + int(sp.roots_changed.sum())
+    # Most steps move only some of the games: all but those rows stay on the device.
+    assert sp.moves_done > 100 and partial > sp.steps // 2
+    assert sp.roots_mirrored < sp.steps * sp.slots / 2
+
+
 def test_playout_cap_fraction():
     """About full_probability of the searched turns are full searches."""
     params = SelfPlayParams.model_validate(
