@@ -89,6 +89,9 @@ class LeafEvaluator:
         self.work = xp.new_work(leaves)
         self.planes = xp.zeros((b, F.N_PLANES, self.tensor, self.tensor), np.float32)
         self.glob = xp.zeros((b, F.N_GLOBALS), np.float32)
+        # The nets' policy over the tensor, on the device (the rows a walk selected this step
+        # are the ones expand reads).
+        self.policy_t = xp.zeros((b, self.tensor * self.tensor + 1), np.float32)
         self.evaluations = 0
         games = b // leaves_per_game
         self.ownership_sum = np.zeros((games, leaves.color.shape[1])) if ownership else None
@@ -101,11 +104,10 @@ class LeafEvaluator:
         symmetry = self.rng.integers(0, 8, b)
         xp.encode_all(leaves, self.work, self.planes, self.glob, symmetry)
         legal = xp.legal_tensor_all(leaves, t, symmetry)
-        policy_t = np.zeros((b, t * t + 1), np.float32)
         value = np.zeros((b, 3), np.float32)
         score_mean = np.zeros(b, np.float32)
         score_stdev = np.zeros(b, np.float32)
-        outputs = {"policy": policy_t, "value": value, "score_mean": score_mean,
+        outputs = {"policy": self.policy_t, "value": value, "score_mean": score_mean,
                    "score_stdev": score_stdev}  # fmt: skip
         ownership_t = None
         if self.ownership_sum is not None:
@@ -119,9 +121,10 @@ class LeafEvaluator:
         of_leaf = np.repeat(of_game, self.per)
         for i, net in enumerate(self.nets):
             net_rows(net, self.planes, self.glob, legal, np.flatnonzero(selected & (of_leaf == i)),
-                     outputs, take=self.takes[i], to_numpy=xp.to_numpy)  # fmt: skip
+                     outputs, take=self.takes[i], to_numpy=xp.to_numpy,
+                     put_rows=xp.put_rows)  # fmt: skip
         self.evaluations += int(selected.sum())
-        policy = xp.policy_all(leaves, policy_t, symmetry)
+        policy = xp.policy_all(leaves, self.policy_t, symmetry)
         centre = np.repeat(self.centre, self.per)
         to_move = xp.to_numpy(leaves.to_move)
         utility, win, black_mean = leaf_values(

@@ -646,9 +646,21 @@ def reset_some(t, which) -> None:
     _launch(_reset_tree_entry, _games(t), t, _mask(which, _games(t)))
 
 
+# Per leaf boards (by id, dropped when they go): the select kernel's [B, A] arrays, made once,
+# not uploaded each step: no dead stones (zeros, only read) and the owners a terminal leaf's
+# scoring writes.
+_select_arrays: dict[int, tuple] = {}
+
+
 def select_all(t, roots: Boards, leaves: Boards, params: search.SearchParams, budget) -> None:
-    no_marks = cuda.to_device(np.zeros(leaves.color.shape, np.bool_))
-    owner = cuda.device_array(leaves.color.shape, np.int8)
+    arrays = _select_arrays.get(id(leaves.color))
+    if arrays is None:
+        arrays = _select_arrays[id(leaves.color)] = (
+            cuda.to_device(np.zeros(leaves.color.shape, np.bool_)),
+            cuda.device_array(leaves.color.shape, np.int8),
+        )
+        weakref.finalize(leaves.color, _select_arrays.pop, id(leaves.color), None)
+    no_marks, owner = arrays
     budget = _on_device(budget, np.int64)
     _launch(_select_entry, _games(t), t, roots, leaves, params, budget, no_marks, owner)
 
@@ -671,7 +683,7 @@ def add_noise_all(t, rng, which, *, alpha_total: float = 10.83, epsilon: float =
 
 
 def policy_targets_all(t, params: search.SearchParams, area: int):
-    out = cuda.to_device(np.zeros((_games(t), area), np.float32))
+    out = cuda.device_array((_games(t), area), np.float32)  # each row written whole
     kept = cuda.device_array(_games(t), np.float64)
     _launch(_targets_entry, _games(t), t, params, out, kept)
     return out, kept
@@ -684,7 +696,7 @@ def add_gumbel_all(t, rng, which, considered: int, sample: bool = True) -> None:
 
 
 def gumbel_targets_all(t, params: search.SearchParams, area: int):
-    out = cuda.to_device(np.zeros((_games(t), area), np.float32))
+    out = cuda.device_array((_games(t), area), np.float32)  # each row written whole
     kept = cuda.device_array(_games(t), np.float64)
     _launch(_gumbel_targets_entry, _games(t), t, params, out, kept)
     return out, kept
@@ -760,21 +772,20 @@ def _mirror_rows(host, device, rows) -> None:
             if rows is None:
                 upload(h, d)
             else:
-                put_rows(h, d, *rows)
+                _mirror_array_rows(h, d, *rows)
         elif isinstance(h, tuple):
             _mirror_rows(h, d, rows)
 
 
-# Per device array that `put_rows` writes into (by id, dropped when the array goes): its staging
-# pair, pinned host memory and device memory of its shape, made at its first partial upload and
-# kept (pinning memory costs more than the copy).
+# Per device array that `mirror` writes rows into (by id, dropped when the array goes): its
+# staging pair, pinned host memory and device memory of its shape, made at its first partial
+# upload and kept (pinning memory costs more than the copy).
 _staging: dict[int, tuple] = {}
 
 
-def put_rows(host: np.ndarray, device, rows: np.ndarray, device_rows=None) -> None:
-    """host[rows] into device[rows] (rows: int64 indices into the first axis; `device_rows`:
-    the same on the device, if there already): gathered into pinned memory, one transfer of
-    those rows, scattered on the device."""
+def _mirror_array_rows(host: np.ndarray, device, rows: np.ndarray, device_rows) -> None:
+    """host[rows] into device[rows] (`rows` on the host, `device_rows` the same on the device):
+    gathered into pinned memory, one transfer of those rows, scattered on the device."""
     games = host.shape[0]
     flat = host.reshape(games, -1)
     staged = _staging.get(id(device))
@@ -788,9 +799,23 @@ def put_rows(host: np.ndarray, device, rows: np.ndarray, device_rows=None) -> No
     k = len(rows)
     np.take(flat, rows, axis=0, out=pinned[:k])
     stage[:k].copy_to_device(pinned[:k])
-    if device_rows is None:
-        device_rows = cuda.to_device(np.ascontiguousarray(rows, np.int64))
     _launch(_put_rows_entry, k * flat.shape[1], stage, device_rows, device.reshape(games, -1))
+
+
+def put_rows(values, rows, out) -> None:
+    """out[rows] = values on the device: `values` [len(rows), ...] on the device (a numba device
+    array or anything with __cuda_array_interface__, such as a CUDA tensor: no copy to the
+    host) or numpy (copied over); `rows` host int indices into out's first axis."""
+    k = len(rows)
+    if k == 0:
+        return
+    if isinstance(values, np.ndarray):
+        values = cuda.to_device(np.ascontiguousarray(values, out.dtype))
+    elif not hasattr(values, "copy_to_host"):
+        values = cuda.as_cuda_array(values)
+    rows = cuda.to_device(np.ascontiguousarray(rows, np.int64))
+    flat = out.reshape(out.shape[0], -1)
+    _launch(_put_rows_entry, k * flat.shape[1], values.reshape(k, -1), rows, flat)
 
 
 def _host(x):

@@ -32,6 +32,7 @@ class Backend:
     to_numpy: Callable  # (array) -> np.ndarray (the array itself where it is numpy already)
     encode_some: Callable  # (b, work, which[G], planes, glob, symmetry=None) -> None
     take_rows: Callable  # (array, rows) -> array[rows], on this device
+    put_rows: Callable  # (values, rows, out) -> None: out[rows] = values, out on this device
     upload: Callable  # (host array, array) -> None: the host values into the array
     # (host batch, batch=None, which=None) -> this device's copy (the host's on the CPU); with
     # `which` ([G] bool), only those games' rows change
@@ -63,6 +64,10 @@ def _mirror_cpu(host, array=None, which=None):
     return host
 
 
+def _put_rows_cpu(values, rows, out: np.ndarray) -> None:
+    out[rows] = np.asarray(values)
+
+
 def _cpu() -> Backend:
     from gocore import board, features, playout, search
 
@@ -81,6 +86,7 @@ def _cpu() -> Backend:
         to_numpy=np.asarray,
         encode_some=features.encode_some,
         take_rows=lambda array, rows: array[rows],
+        put_rows=_put_rows_cpu,
         upload=_upload_cpu,
         mirror=_mirror_cpu,
         **_search_api(search),
@@ -140,6 +146,7 @@ def _cuda() -> Backend:
         to_numpy=to_numpy,
         encode_some=gpu.encode_some,
         take_rows=gpu.take_rows,
+        put_rows=gpu.put_rows,
         upload=gpu.upload,
         mirror=gpu.mirror,
         **_search_api(gpu),

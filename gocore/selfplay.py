@@ -318,18 +318,24 @@ def row_taker(xp, net) -> Callable:
 
 
 def net_rows(
-    net, planes, glob, legal, rows: np.ndarray, out: dict[str, np.ndarray], *,
-    take: Callable = _rows_of, to_numpy: Callable = np.asarray,
+    net, planes, glob, legal, rows: np.ndarray, out: dict, *, take: Callable = _rows_of,
+    to_numpy: Callable = np.asarray, put_rows: Callable | None = None,
 ) -> None:  # fmt: skip
     """Run `net` on the given rows of the feature buffers; each of its outputs named in `out`
     is written into that array at those rows (an output the net lacks, such as the score of a
     stand-in with no score head, stays as it was). `take(array, rows)` gathers the rows (on
-    the buffers' device) and `to_numpy` brings the outputs to the host."""
+    the buffers' device); `to_numpy` brings an output to a numpy array of `out`, and
+    `put_rows(values, rows, array)` (a backend's) writes one into an array on the device, where
+    it stays."""
     if len(rows):
         result = net(take(planes, rows), take(glob, rows), legal=take(legal, rows))
         for name, array in out.items():
-            if name in result:
+            if name not in result:
+                continue
+            if isinstance(array, np.ndarray):
                 array[rows] = to_numpy(result[name])
+            else:
+                put_rows(result[name], rows, array)
 
 
 def play_some(b: Boards, moves: np.ndarray, which: np.ndarray) -> None:
@@ -412,6 +418,9 @@ class SelfPlay:
         b = self.leaves.games
         self.planes = xp.zeros((b, F.N_PLANES, layout, layout), np.float32)
         self.glob = xp.zeros((b, F.N_GLOBALS), np.float32)
+        # The net's policy over the tensor, on the device: its rows evaluated this step are
+        # the ones expand reads (the others are stale).
+        self.policy_t = xp.zeros((b, layout * layout + 1), np.float32)
         self.root_planes = np.zeros((slots, F.N_PLANES, layout, layout), np.float32)
         self.root_glob = np.zeros((slots, F.N_GLOBALS), np.float32)
         self.noise_rng = xp.new_rng(slots, seed)
@@ -638,7 +647,6 @@ class SelfPlay:
         symmetry = self.rng.integers(0, 8, b)
         need = self._needed()
         rows = np.flatnonzero(need)
-        policy_t = np.zeros((b, self.tensor * self.tensor + 1), np.float32)
         value = np.zeros((b, 3), np.float32)
         score_mean = np.zeros(b, np.float64)
         score_stdev = np.zeros(b, np.float64)
@@ -647,14 +655,14 @@ class SelfPlay:
                 xp.encode_some(leaves, self.leaf_work, need, self.planes, self.glob, symmetry)
             with self._phase("legal"):
                 legal = xp.legal_tensor_all(leaves, self.tensor, symmetry)
-            outputs = {"policy": policy_t, "value": value, "score_mean": score_mean,
+            outputs = {"policy": self.policy_t, "value": value, "score_mean": score_mean,
                        "score_stdev": score_stdev}  # fmt: skip
             with self._phase("net"):
                 net_rows(self.net, self.planes, self.glob, legal, rows, outputs, take=self.take,
-                         to_numpy=xp.to_numpy)  # fmt: skip
+                         to_numpy=xp.to_numpy, put_rows=xp.put_rows)  # fmt: skip
             self.evaluations += len(rows)
         with self._phase("leaf values"):
-            policy = xp.policy_all(leaves, policy_t, symmetry)
+            policy = xp.policy_all(leaves, self.policy_t, symmetry)
             per = c.leaves_per_game
             centre = np.repeat(self.centre, per)
             to_move = xp.to_numpy(leaves.to_move)

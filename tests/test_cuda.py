@@ -225,6 +225,47 @@ def test_mirror_sends_only_the_rows_of_the_games_marked(gpu):
     _assert_same_boards(host, device)
 
 
+@pytest.mark.parametrize("where", ["numpy", "device"])
+def test_put_rows_writes_the_rows_where_the_array_is(gpu, where):
+    """`put_rows(values, rows, out)`: out[rows] = values, the other rows as they were, on either
+    backend; on the device from numpy or from values already there (the net's policy)."""
+    values = np.arange(24, dtype=np.float32).reshape(2, 3, 4) + 1
+    rows = np.array([3, 1])
+    expected = np.full((5, 3, 4), -1.0, np.float32)
+    expected[rows] = values
+    host = np.full((5, 3, 4), -1.0, np.float32)
+    backend("cpu").put_rows(values, rows, host)
+    assert np.array_equal(host, expected)
+    out = cuda_mod.cuda.to_device(np.full((5, 3, 4), -1.0, np.float32))
+    gpu.put_rows(values if where == "numpy" else cuda_mod.cuda.to_device(values), rows, out)
+    assert np.array_equal(gpu.to_numpy(out), expected)
+    gpu.put_rows(values[:0], rows[:0], out)  # no rows: nothing to launch
+    assert np.array_equal(gpu.to_numpy(out), expected)
+
+
+def test_select_keeps_its_work_arrays_on_the_device_while_the_leaves_live(gpu):
+    """The select kernel's [B, A] arrays (no dead stones, the owners of a terminal leaf's
+    scoring) are made on the device once for a set of leaf boards, not sent every step, and
+    go with them."""
+    import gc
+
+    from tests.conftest import search_params
+
+    roots = gpu.new_boards(3, 5)
+    leaves = gpu.new_leaves(roots, 2)
+    tree = gpu.new_tree(3, 8, 8 * 26, 2, roots.color.shape[1])
+    params = search_params()
+    before = len(cuda_mod._select_arrays)
+    for _ in range(2):
+        gpu.select_all(tree, roots, leaves, params, np.ones(3, np.int64))
+        assert len(cuda_mod._select_arrays) == before + 1
+    no_marks, _ = cuda_mod._select_arrays[id(leaves.color)]
+    assert not no_marks.copy_to_host().any()
+    del leaves, no_marks
+    gc.collect()
+    assert len(cuda_mod._select_arrays) == before
+
+
 def test_backend_names():
     assert backend("cpu").name == "cpu"
     with pytest.raises(ValueError, match="device must be one of cpu, cuda"):
@@ -255,6 +296,16 @@ def test_feature_buffer_goes_to_torch_without_a_copy(gpu):
     glob = torch.zeros((4, F.N_GLOBALS), device="cuda")
     gpu.encode_all(device, gpu.new_work(device), planes, glob)
     assert planes[:, F.ON_BOARD].sum().item() == 4 * 81
+
+
+@requires_gpu
+@pytest.mark.gpu
+def test_put_rows_takes_the_nets_cuda_tensor(gpu):
+    torch = pytest.importorskip("torch")
+    out = gpu.zeros((4, 3), np.float32)
+    values = torch.arange(1, 7, dtype=torch.float32, device="cuda").reshape(2, 3)
+    gpu.put_rows(values, np.array([2, 0]), out)
+    assert gpu.to_numpy(out).tolist() == [[4, 5, 6], [0, 0, 0], [1, 2, 3], [0, 0, 0]]
 
 
 @pytest.mark.slow
