@@ -733,6 +733,8 @@ def root_state(t) -> search.RootState:
 def take_rows(x, rows):
     """x[rows] as a new device array (rows: host int indices into x's first axis)."""
     x = _as_device(x)
+    if not x.is_c_contiguous():
+        raise ValueError("take_rows: the array must be C-contiguous")
     shape = x.shape
     flat = x.reshape(shape[0], -1)
     out = cuda.device_array((len(rows), flat.shape[1]), x.dtype)
@@ -749,7 +751,8 @@ def upload(host: np.ndarray, device) -> None:
 def mirror(host, device=None, which=None):
     """A device copy of a host batch (a Boards, Tree or FeatureWork): into `device`'s arrays
     when given (same shapes), else new ones. With `which` ([G] bool over the arrays' first
-    axis), only the rows it marks cross (`put_rows`), unless they are most of them: then, as
+    axis), only the rows it marks cross (gathered into pinned memory, one transfer an array,
+    scattered by the put_rows kernel), unless they are more than half of them: then, as
     without it, one transfer per array."""
     if device is None:
         return to_device(host)
@@ -769,6 +772,8 @@ def mirror(host, device=None, which=None):
 def _mirror_rows(host, device, rows) -> None:
     for h, d in zip(host, device, strict=True):
         if isinstance(h, np.ndarray):
+            if h.shape != d.shape:
+                raise ValueError(f"cannot mirror a {h.shape} array into a {d.shape} one")
             if rows is None:
                 upload(h, d)
             else:
@@ -778,44 +783,63 @@ def _mirror_rows(host, device, rows) -> None:
 
 
 # Per device array that `mirror` writes rows into (by id, dropped when the array goes): its
-# staging pair, pinned host memory and device memory of its shape, made at its first partial
-# upload and kept (pinning memory costs more than the copy).
+# staging pair, pinned host memory and device memory for half its rows (at most half cross row
+# by row), made at its first partial upload and kept (pinning memory costs more than the copy).
 _staging: dict[int, tuple] = {}
 
 
 def _mirror_array_rows(host: np.ndarray, device, rows: np.ndarray, device_rows) -> None:
-    """host[rows] into device[rows] (`rows` on the host, `device_rows` the same on the device):
-    gathered into pinned memory, one transfer of those rows, scattered on the device."""
+    """host[rows] into device[rows] (`rows` on the host, at most half of them; `device_rows`
+    the same on the device): gathered into pinned memory, one transfer of those rows, scattered
+    on the device. The copy is synchronous and on the legacy default stream, as the kernels are:
+    the staging buffers are free again once it returns and the last scatter is queued."""
     games = host.shape[0]
     flat = host.reshape(games, -1)
     staged = _staging.get(id(device))
     if staged is None:
+        shape = (max(1, games // 2), flat.shape[1])
         staged = _staging[id(device)] = (
-            cuda.pinned_array(flat.shape, flat.dtype),
-            cuda.device_array(flat.shape, flat.dtype),
+            cuda.pinned_array(shape, flat.dtype),
+            cuda.device_array(shape, flat.dtype),
         )
         weakref.finalize(device, _staging.pop, id(device), None)
     pinned, stage = staged
     k = len(rows)
-    np.take(flat, rows, axis=0, out=pinned[:k])
+    np.take(flat, rows, axis=0, out=pinned[:k], mode="clip")  # rows: flatnonzero's, in range
     stage[:k].copy_to_device(pinned[:k])
-    _launch(_put_rows_entry, k * flat.shape[1], stage, device_rows, device.reshape(games, -1))
+    _scatter(stage, device_rows, k, device)
+
+
+def _scatter(src, device_rows, k: int, out) -> None:
+    """out[rows[i]] = src[i] for i < k, on the device (the put_rows kernel), src and out
+    C-contiguous with rows of the same size."""
+    flat = out.reshape(out.shape[0], -1)
+    _launch(_put_rows_entry, k * flat.shape[1], src.reshape(src.shape[0], -1), device_rows, flat)
 
 
 def put_rows(values, rows, out) -> None:
-    """out[rows] = values on the device: `values` [len(rows), ...] on the device (a numba device
-    array or anything with __cuda_array_interface__, such as a CUDA tensor: no copy to the
-    host) or numpy (copied over); `rows` host int indices into out's first axis."""
+    """out[rows] = values on the device: `values` [len(rows), *out.shape[1:]] on the device (a
+    numba device array or anything with __cuda_array_interface__, such as the net's CUDA
+    tensor: no copy to the host; C-contiguous) or numpy (copied over); `rows` host int indices
+    into out's first axis. A tensor torch made is read on the legacy default stream, after
+    the work torch queued there: torch's own default, which self-play's net runs on."""
+    rows = np.ascontiguousarray(rows, np.int64)
     k = len(rows)
+    if isinstance(values, np.ndarray):
+        values = np.ascontiguousarray(values, out.dtype)
+    elif not hasattr(values, "copy_to_host"):
+        values = cuda.as_cuda_array(values)
+    if tuple(values.shape) != (k, *out.shape[1:]):
+        raise ValueError(f"put_rows: {tuple(values.shape)} values for {k} rows of {out.shape}")
+    if k and (rows.min() < 0 or rows.max() >= out.shape[0]):
+        raise ValueError(f"put_rows: rows outside 0..{out.shape[0] - 1}")
+    if not isinstance(values, np.ndarray) and not values.is_c_contiguous():
+        raise ValueError("put_rows: the values on the device must be C-contiguous")
     if k == 0:
         return
     if isinstance(values, np.ndarray):
-        values = cuda.to_device(np.ascontiguousarray(values, out.dtype))
-    elif not hasattr(values, "copy_to_host"):
-        values = cuda.as_cuda_array(values)
-    rows = cuda.to_device(np.ascontiguousarray(rows, np.int64))
-    flat = out.reshape(out.shape[0], -1)
-    _launch(_put_rows_entry, k * flat.shape[1], values.reshape(k, -1), rows, flat)
+        values = cuda.to_device(values)
+    _scatter(values, cuda.to_device(rows), k, out)
 
 
 def _host(x):

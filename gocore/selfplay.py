@@ -323,10 +323,11 @@ def net_rows(
 ) -> None:  # fmt: skip
     """Run `net` on the given rows of the feature buffers; each of its outputs named in `out`
     is written into that array at those rows (an output the net lacks, such as the score of a
-    stand-in with no score head, stays as it was). `take(array, rows)` gathers the rows (on
-    the buffers' device); `to_numpy` brings an output to a numpy array of `out`, and
-    `put_rows(values, rows, array)` (a backend's) writes one into an array on the device, where
-    it stays."""
+    stand-in with no score head, stays as it was: every net has a policy, the one output kept
+    from step to step). `take(array, rows)` gathers the rows (on the buffers' device);
+    `to_numpy` brings an output to a numpy array of `out`, and `put_rows(values, rows, array)`
+    (a backend's, needed for such arrays) writes one into an array on the device, where it
+    stays."""
     if len(rows):
         result = net(take(planes, rows), take(glob, rows), legal=take(legal, rows))
         for name, array in out.items():
@@ -334,6 +335,8 @@ def net_rows(
                 continue
             if isinstance(array, np.ndarray):
                 array[rows] = to_numpy(result[name])
+            elif put_rows is None:
+                raise TypeError(f"net_rows: output {name!r} is on a device: give put_rows")
             else:
                 put_rows(result[name], rows, array)
 

@@ -241,6 +241,48 @@ def test_put_rows_writes_the_rows_where_the_array_is(gpu, where):
     assert np.array_equal(gpu.to_numpy(out), expected)
     gpu.put_rows(values[:0], rows[:0], out)  # no rows: nothing to launch
     assert np.array_equal(gpu.to_numpy(out), expected)
+    # What would write past the rows, or past the array, is refused before any launch.
+    for bad_values, bad_rows, says in [
+        (values, rows[:1], "for 1 rows"),
+        (values[:, :2], rows, "for 2 rows"),
+        (values, np.array([3, 5]), "outside 0..4"),
+        (values, np.array([-1, 0]), "outside 0..4"),
+    ]:
+        with pytest.raises(ValueError, match=says):
+            gpu.put_rows(bad_values, bad_rows, out)
+    assert np.array_equal(gpu.to_numpy(out), expected)
+
+
+@pytest.mark.slow
+def test_selfplays_device_roots_follow_the_hosts_step_by_step(gpu, monkeypatch):
+    """After every step of self-play on the device, its copy of the roots is the host's (the
+    rows of the games that moved or started crossed, the others had not changed), every array
+    but the flood fills' work space; side positions copied in, games ended and slots idle."""
+    import dataclasses
+
+    from gocore.selfplay import SelfPlay, UniformNet
+    from tests.conftest import default_section
+
+    config = dataclasses.replace(
+        default_section("selfplay").config(), board_sizes=((5, 1.0),), full_visits=4,
+        cheap_visits=2, decided_visits=2, side_position_probability=0.3,
+    )  # fmt: skip
+    row_by_row = []
+    real = cuda_mod._mirror_array_rows
+    monkeypatch.setattr(
+        cuda_mod, "_mirror_array_rows", lambda *args: row_by_row.append(1) or real(*args)
+    )
+    sp = SelfPlay(config, UniformNet(0), games=3, slots=2, seed=5, device="cuda")
+    while sp.finished < sp.games or sp.side_info or sp.active.any():
+        sp.step()
+        assert not sp.roots_changed.any()  # each step's select brought them over
+        copied = cuda_mod.to_host(sp.device_roots)
+        for name in gb.Boards._fields:
+            if name not in ("stride", "scratch"):
+                assert np.array_equal(getattr(copied, name), getattr(sp.roots, name)), name
+    assert sp.finished == 3 and sp.sides_started > 0
+    # Steps where one of the two games moved: its rows only, of each of the board's arrays.
+    assert len(row_by_row) > 10 * (len(gb.Boards._fields) - 1)
 
 
 def test_select_keeps_its_work_arrays_on_the_device_while_the_leaves_live(gpu):

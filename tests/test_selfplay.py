@@ -347,22 +347,35 @@ def test_opening_moves_from_the_raw_policy_never_pass():
 
 
 def test_only_the_roots_that_changed_are_marked_for_the_device():
-    """The driver marks a game's root for the device's copy when a move is played on it or a
-    game (or side position) starts in its slot, and only then: the marks add up, step after
-    step, to the slots whose root changed, and what `_sync` mirrored is counted."""
+    """Each step the driver hands the backend's mirror the games whose root changed since the
+    last (a move played on it, or a game or side position started in its slot), and only
+    those; `roots_mirrored` counts them."""
+    import dataclasses
+
     params = SelfPlayParams.model_validate(
         small_params(games=10, slots=4, side_position_probability=0.3)["selfplay"]
     )
     sp = SP.SelfPlay(params.config(), SP.UniformNet(0), games=10, slots=4, seed=3)
-    marked = 0
-    partial = 0
+    sent = []
+    real = sp.xp.mirror
+    sp.xp = dataclasses.replace(
+        sp.xp, mirror=lambda host, device=None, which=None: sent.append(which.copy())
+        or real(host, device, which),
+    )  # fmt: skip
+    pending = np.zeros(sp.slots, np.bool_)
+    partial = total = 0
     while sp.finished < sp.games or sp.side_info or sp.active.any():
         turns, games = sp.roots.move_count.copy(), sp.game.copy()
+        sent.clear()
         sp.step()
-        changed = (sp.roots.move_count != turns) | (sp.game != games)
-        marked += int(changed.sum())
-        partial += 0 < changed.sum() < sp.slots
-    assert marked == sp.roots_mirrored + int(sp.roots_changed.sum())
+        pending |= (sp.roots.move_count != turns) | (sp.game != games)
+        mirrored = np.logical_or.reduce(sent) if sent else np.zeros(sp.slots, np.bool_)
+        assert np.array_equal(mirrored | sp.roots_changed, pending)
+        assert not (mirrored & sp.roots_changed).any()
+        total += int(mirrored.sum())
+        partial += 0 < mirrored.sum() < sp.slots
+        pending = sp.roots_changed.copy()
+    assert total == sp.roots_mirrored
     # Most steps move only some of the games: all but those rows stay on the device.
     assert sp.moves_done > 100 and partial > sp.steps // 2
     assert sp.roots_mirrored < sp.steps * sp.slots / 2
