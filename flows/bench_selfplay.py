@@ -99,11 +99,13 @@ def bench_one(
     )
     visits0, moves0, evals0, steps0 = sp.visits_done, sp.moves_done, sp.evaluations, sp.steps
     mirrored0 = sp.roots_mirrored
+    reads0 = int(sp.xp.to_numpy(sp.leaf_work.past_reads).sum())
     elapsed = _step_for(sp, seconds)
     # The timed loop's counts, before the runs below add to them.
     visits, moves, evals, steps = (sp.visits_done - visits0, sp.moves_done - moves0,
                                    sp.evaluations - evals0, sp.steps - steps0)  # fmt: skip
     mirrored = sp.roots_mirrored - mirrored0
+    past_reads = int(sp.xp.to_numpy(sp.leaf_work.past_reads).sum()) - reads0
     # Where a step's time goes: a shorter second run with each phase timed (the device is
     # synchronized around each, which removes any overlap of host and device work; a step's
     # own bookkeeping between the phases is the rest of `step`).
@@ -158,6 +160,10 @@ def bench_one(
         # device (all of them where they are more than half the games).
         "roots_changed_per_step": round(mirrored / steps, 1),
         "root_bytes": sum(a.nbytes for a in sp.roots if isinstance(a, np.ndarray)) // sp.slots,
+        # Leaves whose ladders 1 or 2 turns ago were read (not in their game's memo): on a GPU,
+        # a warp of 32 rows waits for any of its rows that reads.
+        "past_reads_per_step": round(past_reads / steps, 2),
+        "evaluations_per_step": round(evals / steps, 1),
     }
 
 
@@ -262,6 +268,8 @@ def format_row(r: dict) -> str:
         + f"\n    roots changed a step: {r['roots_changed_per_step']:,.1f} games of "
         f"{r['games_in_parallel']:,} ({r['roots_changed_per_step'] * r['root_bytes'] / 1e6:,.2f}"
         f" MB to a GPU; all: {r['games_in_parallel'] * r['root_bytes'] / 1e6:,.2f} MB)"
+        + f"\n    past positions' ladders read a step: {r['past_reads_per_step']:,.2f} (leaves "
+        f"encoded a step: {r['evaluations_per_step']:,.1f})"
     )
 
 

@@ -86,7 +86,7 @@ class LeafEvaluator:
         self.net_of_game = net_of_game
         self.tensor = int(xp.to_numpy(leaves.size).max())
         b = leaves.games
-        self.work = xp.new_work(leaves)
+        self.work = xp.new_work(leaves, share=leaves_per_game)
         self.planes = xp.zeros((b, F.N_PLANES, self.tensor, self.tensor), np.float32)
         self.glob = xp.zeros((b, F.N_GLOBALS), np.float32)
         # The nets' policy over the tensor, on the device (the rows a walk selected this step

@@ -42,11 +42,11 @@ except ImportError as e:  # pragma: no cover - numba always ships numba.cuda or 
 
 THREADS_PER_BLOCK = 64
 _log = logging.getLogger(__name__)
-# At most this many registers a thread for the encoder's kernels (encode, encode_some), None for
-# the compiler's choice. The encoder is the one kernel at the 255-register ceiling (`python -m
-# gocore.cuda --resources`): at 64 threads a block that leaves 8 warps of an SM's 64 resident,
-# few to hide the latency of its serial, divergent reads of global memory. A cap runs more
-# warps at once and spills the rest to local memory; which wins is for a GPU to say (`bench
+# At most this many registers a thread for the encoder's kernels (encode, encode_some, remember),
+# None for the compiler's choice. The encoder is the one kernel at the 255-register ceiling
+# (`python -m gocore.cuda --resources`): at 64 threads a block that leaves 8 warps of an SM's 64
+# resident, few to hide the latency of its serial, divergent reads of global memory. A cap runs
+# more warps at once and spills the rest to local memory; which wins is for a GPU to say (`bench
 # selfplay --encoder-registers`). TENGEN_CUDA_ENCODER_REGISTERS sets it for a process.
 ENCODER_REGISTERS_ENV = "TENGEN_CUDA_ENCODER_REGISTERS"
 MIN_REGISTERS, MAX_REGISTERS = 32, 255
@@ -248,6 +248,7 @@ reset = board.reset
 play = board.play
 legal_row = board.legal_row
 encode = features.encode
+remember_ladders = features.remember_ladders
 policy_to_points = features.policy_to_points
 legal_to_tensor = features.legal_to_tensor
 play_out = playout.play_out
@@ -284,6 +285,13 @@ def _legal_entry(b, out):
     g = cuda.grid(1)
     if g < b.size.shape[0]:
         legal_row(b, g, b.to_move[g], out[g])
+
+
+@_entry(capped=True)
+def _remember_entry(b, w, which):
+    q = cuda.grid(1)
+    if q < w.memo_tag.shape[0]:
+        remember_ladders(b, q, w, which)
 
 
 @_entry(capped=True)
@@ -432,6 +440,7 @@ ENTRIES = {
     "reset": _reset_entry,
     "play": _play_entry,
     "legal": _legal_entry,
+    "remember": _remember_entry,
     "encode": _encode_entry,
     "encode_some": _encode_some_entry,
     "policy": _policy_entry,
@@ -541,8 +550,10 @@ def new_boards(games: int, size, rules=None, *, layout=None, max_moves=None) -> 
     return to_device(board.new_boards(games, size, rules, layout=layout, max_moves=max_moves))
 
 
-def new_work(b: Boards, *, ladder_nodes: int = features.LADDER_MAX_NODES) -> FeatureWork:
-    return to_device(features.new_work(_host_shell(b), ladder_nodes=ladder_nodes))
+def new_work(
+    b: Boards, *, ladder_nodes: int = features.LADDER_MAX_NODES, share: int = 1
+) -> FeatureWork:
+    return to_device(features.new_work(_host_shell(b), ladder_nodes=ladder_nodes, share=share))
 
 
 def _host_shell(b: Boards, max_moves: int = 1) -> Boards:
@@ -575,15 +586,9 @@ def encode_all(b: Boards, work: FeatureWork, planes, glob, symmetry=None) -> Non
     features.check_work(b.color.shape, b.stride, work)
     features.check_buffers(b.games, int(sizes.max()), planes.shape, glob.shape)
     symmetry = features.check_symmetries(None if symmetry is None else _host(symmetry), b.games)
-    _launch(
-        _encode_entry,
-        b.games,
-        b,
-        work,
-        cuda.to_device(symmetry),
-        _as_device(planes),
-        _as_device(glob),
-    )
+    _launch(_remember_entry, work.memo_tag.shape[0], b, work, _mask(True, b.games))
+    _launch(_encode_entry, b.games, b, work, cuda.to_device(symmetry), _as_device(planes),
+            _as_device(glob))  # fmt: skip
 
 
 def encode_some(b: Boards, work: FeatureWork, which, planes, glob, symmetry=None) -> None:
@@ -592,8 +597,10 @@ def encode_some(b: Boards, work: FeatureWork, which, planes, glob, symmetry=None
     features.check_work(b.color.shape, b.stride, work)
     features.check_buffers(b.games, int(sizes.max()), planes.shape, glob.shape)
     symmetry = features.check_symmetries(None if symmetry is None else _host(symmetry), b.games)
-    _launch(_encode_some_entry, b.games, b, work, _mask(which, b.games),
-            cuda.to_device(symmetry), _as_device(planes), _as_device(glob))  # fmt: skip
+    which = _mask(which, b.games)
+    _launch(_remember_entry, work.memo_tag.shape[0], b, work, which)
+    _launch(_encode_some_entry, b.games, b, work, which, cuda.to_device(symmetry),
+            _as_device(planes), _as_device(glob))  # fmt: skip
 
 
 def legal_tensor_all(b: Boards, tensor: int, symmetry=None):
@@ -898,6 +905,7 @@ def entry_code(cc: tuple[int, int] = (9, 0), names=None, output: str = "ptx"):
         "reset": (b,),
         "play": (b, i64, np.zeros(2, np.int32)),
         "legal": (b, np.zeros(b.color.shape, np.bool_)),
+        "remember": (b, w, which),
         "encode": (b, w, i64, planes, glob),
         "policy": (b, i64, policy, 9, np.zeros(b.color.shape, np.float32)),
         "play_out": (b, playout.new_rng(2, 0), True),

@@ -24,7 +24,7 @@ class Backend:
     play_all: Callable  # (b, moves[G]) -> status[G]
     legal_all: Callable  # (b) -> [G, A] bool
     play_out_all: Callable  # (b, rng[G], avoid_own_eyes) -> None
-    new_work: Callable  # (b) -> FeatureWork
+    new_work: Callable  # (b, *, share=1) -> FeatureWork (rows in groups of `share` share a memo)
     encode_all: Callable  # (b, work, planes[G, 18, T, T], glob[G, 10], symmetry=None) -> None
     policy_all: Callable  # (b, policy[G, T*T + 1], symmetry=None) -> [G, A] float32
     legal_tensor_all: Callable  # (b, T, symmetry=None) -> [G, T*T + 1] bool policy mask

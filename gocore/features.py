@@ -102,8 +102,9 @@ SYMMETRIES = 8
 LADDER_MAX_DEPTH = 160
 LADDER_MAX_NODES = 3000
 LADDER_MAX_OPTIONS = 8  # moves tried per node: the defender's captures and its liberty
-# Past positions whose ladders each work row remembers (`_past_ladder_planes`).
-LADDER_MEMO = 4
+# Positions whose ladders the encoder remembers, per row of a batch (`remember_ladders`): a
+# group of rows that share a memo (a game's leaves) has this many entries per row.
+LADDER_MEMO = 16
 
 # Pass-alive area bits (FeatureWork.area).
 AREA_BLACK = 1
@@ -112,8 +113,10 @@ AREA_WHITE = 2
 
 class FeatureWork(NamedTuple):
     """Per-game work space of the encoder, made once per batch by `new_work` (A = layout area,
-    D = LADDER_MAX_DEPTH, M = LADDER_MEMO). Nothing here outlives one call but the memo of past
-    positions' ladders, which is keyed by the position itself."""
+    D = LADDER_MAX_DEPTH, Q = the groups of rows that share a memo of ladders, M = LADDER_MEMO
+    x the rows a group). Nothing here outlives one call but the memo of positions' ladders,
+    which is keyed by the position itself, and the current positions' ladders waiting to join
+    it."""
 
     past: Boards  # [G] the position 1 and 2 turns ago, rebuilt by replaying the moves
     color: np.ndarray  # [G, A] int8 the ladder reader's board (colours only)
@@ -138,17 +141,28 @@ class FeatureWork(NamedTuple):
     alive: np.ndarray  # [G, A] int8 at a head: still alive in Benson's iteration
     vital_count: np.ndarray  # [G, A] int16 at a head: vital regions counted this round
     area: np.ndarray  # [G, A] int8 pass-alive area bits AREA_BLACK | AREA_WHITE
-    memo_hash: np.ndarray  # [G, M] uint64 the stones' hash of a position whose ladders are kept
-    memo_tag: np.ndarray  # [G, M] int64 its board size, ko point and ko colour; -1: no entry
-    memo_marks: np.ndarray  # [G, M, A] int8 its laddered stones
-    memo_next: np.ndarray  # [G] int8 the entry to replace next
+    memo_hash: np.ndarray  # [Q, M] uint64 the stones' hash of a position whose ladders are kept
+    memo_tag: np.ndarray  # [Q, M] int64 its board size, ko point and ko colour; -1: no entry
+    memo_marks: np.ndarray  # [Q, M, A] int8 its laddered stones
+    memo_used: np.ndarray  # [Q, M] int64 the group's call that last used the entry
+    memo_clock: np.ndarray  # [Q] int64 the group's calls so far
+    past_entry: np.ndarray  # [G, 2] int16 the entries of the positions 2 and 1 turns ago
+    past_reads: np.ndarray  # [G] int64 positions 1 or 2 turns ago read (not in the memo), ever
+    now_hash: np.ndarray  # [G] uint64 the position the row last encoded (its stones' hash)
+    now_tag: np.ndarray  # [G] int64 as memo_tag; -1: none waiting to join the memo
+    now_marks: np.ndarray  # [G, A] int8 its laddered stones
     ladder_nodes: int  # node budget of one ladder search
 
 
-def new_work(b: Boards, *, ladder_nodes: int = LADDER_MAX_NODES) -> FeatureWork:
-    """The encoder's work space for batch `b` (about 26 KB a game on 19x19); reusable for any
-    batch of the same shape."""
+def new_work(b: Boards, *, ladder_nodes: int = LADDER_MAX_NODES, share: int = 1) -> FeatureWork:
+    """The encoder's work space for batch `b` (about 31 KB a row on 19x19, 6.6 KB of it the
+    memo); reusable for any batch of the same shape. Each `share` consecutive rows (a game's
+    leaves) share one memo of positions' ladders: a leaf's positions 1 and 2 turns ago are
+    mostly ones its game's other leaves, or the leaf's parent, were before."""
     games, area = b.color.shape
+    if share < 1 or games % share:
+        raise ValueError(f"share={share}: the {games} rows must split into groups of {share}")
+    groups, entries = games // share, LADDER_MEMO * share
     depth = LADDER_MAX_DEPTH
     return FeatureWork(
         past=new_boards(games, b.size, b.rules, layout=b.layout, max_moves=1),
@@ -174,10 +188,16 @@ def new_work(b: Boards, *, ladder_nodes: int = LADDER_MAX_NODES) -> FeatureWork:
         alive=np.zeros((games, area), np.int8),
         vital_count=np.zeros((games, area), np.int16),
         area=np.zeros((games, area), np.int8),
-        memo_hash=np.zeros((games, LADDER_MEMO), np.uint64),
-        memo_tag=np.full((games, LADDER_MEMO), -1, np.int64),
-        memo_marks=np.zeros((games, LADDER_MEMO, area), np.int8),
-        memo_next=np.zeros(games, np.int8),
+        memo_hash=np.zeros((groups, entries), np.uint64),
+        memo_tag=np.full((groups, entries), -1, np.int64),
+        memo_marks=np.zeros((groups, entries, area), np.int8),
+        memo_used=np.zeros((groups, entries), np.int64),
+        memo_clock=np.zeros(groups, np.int64),
+        past_entry=np.full((games, 2), -1, np.int16),
+        past_reads=np.zeros(games, np.int64),
+        now_hash=np.zeros(games, np.uint64),
+        now_tag=np.full(games, -1, np.int64),
+        now_marks=np.zeros((games, area), np.int8),
         ladder_nodes=ladder_nodes,
     )
 
@@ -717,51 +737,113 @@ def _ladder_planes(b, g, w, planes, plane, n, sym, catch_color, catches):
 
 
 @kernel
-def _memo_find(w, g, key, tag):
-    """The entry of w's memo (row g) that holds the position (`key`, `tag`), or -1."""
+def _memo_find(w, q, key, tag):
+    """The entry of group q's memo that holds the position (`key`, `tag`), or -1."""
     for i in range(w.memo_tag.shape[1]):
-        if w.memo_tag[g, i] == tag and w.memo_hash[g, i] == key:
+        if w.memo_tag[q, i] == tag and w.memo_hash[q, i] == key:
             return i
     return -1
 
 
+@kernel
+def _memo_store(w, q, key, tag, marks):
+    """Put a position's laddered stones in group q's memo, in place of the entry used longest
+    ago (an empty one first: never used), and return the entry. Entries used in this call of
+    remember_ladders are the group's newest (at most 3 per row, of LADDER_MEMO per row), so
+    none of them is replaced."""
+    best = 0
+    for i in range(1, w.memo_used.shape[1]):
+        if w.memo_used[q, i] < w.memo_used[q, best]:
+            best = i
+    w.memo_hash[q, best] = key
+    w.memo_tag[q, best] = tag
+    for p in range(marks.shape[0]):
+        w.memo_marks[q, best, p] = marks[p]
+    w.memo_used[q, best] = w.memo_clock[q]
+    return best
+
+
+@kernel
+def _memo_tag(b, g, ko):
+    """The memo's tag of a position of game g with ko_key `ko`: what a ladder read depends on
+    besides the stones (mark_ladders), the board's size and the ko."""
+    return np.int64(b.size[g]) * 262144 + ko  # ko_key < 4 * 65536
+
+
 @routine
-def _past_ladder_planes(b, g, w, k, built, planes, plane, n, sym):
-    """As _ladder_planes (no catches) for game g's position after its first k moves (1 or 2
-    turns ago), remembered in w's row: a search's leaves, step after step, mostly share those
-    positions (the root and the one before it), and reading ladders is most of the encoder's
-    time. The memo is keyed by what a ladder read depends on, the stones, the board's size and
-    the ko (mark_ladders), which b keeps for its last positions (board.past_key): a position in
-    the memo is neither rebuilt nor read. One that is not is rebuilt in w.past[g] from the
-    moves (unless `built`: it is there already), read and remembered. Where a read is cut short
-    (its node budget, its depth, the options it tries at a node), it also depends on the order
-    of a chain's linked stones and which one is its head, which two move orders reaching the
-    same stones may leave different: the memo then answers with the first read. Returns
-    whether w.past[g] holds the position."""
-    stride = b.stride
-    n_points = b.color.shape[1]
-    key, ko = past_key(b, g, k)
-    tag = np.int64(b.size[g]) * 262144 + ko  # ko_key < 4 * 65536
-    i = _memo_find(w, g, key, tag)
-    if i >= 0:
-        for p in range(n_points):
-            if w.memo_marks[g, i, p]:
-                _set_plane(planes, plane, stride, n, sym, p)
-        return built
+def remember_ladders(b, q, w, which):
+    """Before the encoder runs on the rows of group q (its rows q * S .. q * S + S - 1) marked in
+    `which`: the entries of its memo holding each row's positions 1 and 2 turns ago, in
+    w.past_entry, read and remembered where the memo has not got them. First the group's
+    current positions from the last call (each row's `now_*`) join the memo: a leaf is, a step
+    later, the position 1 turn ago of its children, and the positions of a search's root and the
+    one before it are those of a leaf of the search before. A position in the memo is neither
+    rebuilt from the moves nor read. Reading ladders is most of the encoder's time; on a GPU,
+    where a warp's 32 rows wait for the slowest, a read missing from a few rows costs the time
+    of a read in every warp, so the rows that can share a memo do.
+
+    One thread a group: only it writes the group's memo and its rows' past boards, so the
+    encoder (a thread a row, next) reads the memo while nothing writes it. Where a read is cut
+    short (its node budget, its depth, the options it tries at a node), it also depends on the
+    order of a chain's linked stones and which one is its head, which two move orders reaching
+    the same stones may leave different: the memo then answers with the first read."""
+    share = w.laddered.shape[0] // w.memo_tag.shape[0]
+    clock = w.memo_clock[q] + 1
+    w.memo_clock[q] = clock
+    for g in range(q * share, q * share + share):
+        tag = w.now_tag[g]
+        if tag < 0:
+            continue
+        w.now_tag[g] = -1
+        i = _memo_find(w, q, w.now_hash[g], tag)
+        if i < 0:
+            i = _memo_store(w, q, w.now_hash[g], tag, w.now_marks[g])
+        w.memo_used[q, i] = clock
+    for g in range(q * share, q * share + share):
+        if not which[g]:
+            continue
+        m = b.move_count[g]
+        for j in range(2):
+            key, ko = past_key(b, g, max(m - 2 + j, 0))
+            i = _memo_find(w, q, key, _memo_tag(b, g, ko))
+            if i >= 0:
+                w.memo_used[q, i] = clock
+            w.past_entry[g, j] = i
     past = w.past
-    if not built:
-        replay_position(b, g, past, g, k)
-    i = np.int64(w.memo_next[g])
-    w.memo_next[g] = (i + 1) % w.memo_tag.shape[1]
-    mark_ladders(past, g, w, EMPTY, w.area[g])  # resets w.laddered first
-    w.memo_hash[g, i] = key
-    w.memo_tag[g, i] = tag
+    for g in range(q * share, q * share + share):
+        if not which[g]:
+            continue
+        m = b.move_count[g]
+        built = False  # whether past[g] holds the position 2 turns ago
+        for j in range(2):
+            if w.past_entry[g, j] >= 0:
+                continue
+            k = max(m - 2 + j, 0)
+            key, ko = past_key(b, g, k)
+            tag = _memo_tag(b, g, ko)
+            i = _memo_find(w, q, key, tag)  # another row may have read it just now
+            if i < 0:
+                if j == 1 and built and m >= 2:  # 1 turn ago is one move on from 2 turns ago
+                    if b.moves[g, m - 2] != PASS:
+                        place_stone(past, g, b.moves[g, m - 2], b.move_colors[g, m - 2])
+                    else:
+                        past.ko_point[g] = NO_POINT  # a pass lifts the ko ban
+                else:
+                    replay_position(b, g, past, g, k)
+                built = True
+                mark_ladders(past, g, w, EMPTY, w.area[g])  # resets w.laddered first
+                w.past_reads[g] += 1
+                i = _memo_store(w, q, key, tag, w.laddered[g])
+            w.memo_used[q, i] = clock
+            w.past_entry[g, j] = i
+
+
+@kernel
+def _memo_planes(w, q, i, planes, plane, stride, n, sym, n_points):
+    """Mark the stones of group q's memo entry i on `plane` (through the symmetry)."""
     for p in range(n_points):
-        laddered = w.laddered[g, p]
-        w.memo_marks[g, i, p] = laddered
-        if laddered:
+        if w.memo_marks[q, i, p]:
             _set_plane(planes, plane, stride, n, sym, p)
-    return True
 
 
 @routine
@@ -811,24 +893,23 @@ def encode(b, g, w, sym, planes, glob):
         else:
             _set_plane(planes, LAST_MOVE + i, stride, n, sym, p)
 
-    # Ladders now (with the catching moves against the opponent, collected in w.area), then 2
-    # and 1 turns ago.
+    # Ladders now (with the catching moves against the opponent, collected in w.area), kept
+    # to join the memo at the next call; then 2 and 1 turns ago, from the memo
+    # (remember_ladders found or read them).
     for p in range(n_points):
         w.area[g, p] = 0
     _ladder_planes(b, g, w, planes, LADDERED, n, sym, opp, w.area[g])
     for p in range(n_points):
+        w.now_marks[g, p] = w.laddered[g, p]
         if w.area[g, p]:
             _set_plane(planes, LADDER_CATCH, stride, n, sym, p)
             w.area[g, p] = 0
-    # Where the position 2 turns ago was built, the one 1 turn ago is one move on.
-    built = _past_ladder_planes(b, g, w, max(m - 2, 0), False, planes, LADDERED + 2, n, sym)
-    if built and m >= 2:
-        past = w.past
-        if b.moves[g, m - 2] != PASS:
-            place_stone(past, g, b.moves[g, m - 2], b.move_colors[g, m - 2])
-        else:
-            past.ko_point[g] = NO_POINT  # a pass lifts the ko ban
-    _past_ladder_planes(b, g, w, max(m - 1, 0), built, planes, LADDERED + 1, n, sym)
+    key, ko = past_key(b, g, m)
+    w.now_hash[g] = key
+    w.now_tag[g] = _memo_tag(b, g, ko)
+    q = g // (w.laddered.shape[0] // w.memo_tag.shape[0])
+    _memo_planes(w, q, w.past_entry[g, 0], planes, LADDERED + 2, stride, n, sym, n_points)
+    _memo_planes(w, q, w.past_entry[g, 1], planes, LADDERED + 1, stride, n, sym, n_points)
 
     for p in range(n_points):
         w.area[g, p] = 0
@@ -894,6 +975,12 @@ def legal_to_tensor(b, g, sym, t, out):
 
 
 @driver
+def _remember_range(b, w, which, start, stop):
+    for q in range(start, stop):
+        remember_ladders(b, q, w, which)
+
+
+@driver
 def _encode_range(b, w, symmetry, planes, glob, start, stop):
     for g in range(start, stop):
         encode(b, g, w, symmetry[g], planes[g], glob[g])
@@ -952,6 +1039,8 @@ def encode_all(
     check_work(b.color.shape, b.stride, work)
     check_buffers(games, int(b.size.max()), planes.shape, glob.shape)
     symmetry = check_symmetries(symmetry, games)
+    which = np.ones(games, np.bool_)
+    over_games(_remember_range, work.memo_tag.shape[0], b, work, which, threads=threads)
     over_games(_encode_range, games, b, work, symmetry, planes, glob, threads=threads)
 
 
@@ -970,6 +1059,7 @@ def encode_some(
     check_buffers(games, int(b.size.max()), planes.shape, glob.shape)
     symmetry = check_symmetries(symmetry, games)
     which = np.ascontiguousarray(np.broadcast_to(which, (games,)), np.bool_)
+    over_games(_remember_range, work.memo_tag.shape[0], b, work, which)
     over_games(_encode_some_range, games, b, work, which, symmetry, planes, glob)
 
 

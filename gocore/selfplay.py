@@ -416,7 +416,7 @@ class SelfPlay:
         self.budget = xp.to_numpy(self.tree.budget)
         self.centre = xp.to_numpy(self.tree.centre)
         self.state = xp.root_state(self.tree)
-        self.leaf_work = xp.new_work(self.leaves)
+        self.leaf_work = xp.new_work(self.leaves, share=self.config.leaves_per_game)
         self.root_work = F.new_work(self.roots)
         b = self.leaves.games
         self.planes = xp.zeros((b, F.N_PLANES, layout, layout), np.float32)

@@ -131,6 +131,45 @@ def test_encoding_matches_the_cpu(gpu):
     assert planes[:, F.OWN].sum() > 0 and planes[:, F.LIBERTIES_1 : F.LIBERTIES_3 + 1].sum() > 0
 
 
+def test_a_shared_memo_of_ladders_matches_the_cpu(gpu):
+    """Rows in groups of 2 sharing a memo (the `remember` kernel, a thread a group, then the
+    encoder, a thread a row), encoded move after move as their games go on: the CPU's planes,
+    and ladders of the past read exactly where the position was not encoded as a current one
+    before (the rows' games are all different)."""
+    games, tensor = 6, 9
+    host, device = _play_both(gpu, games, [9, 9, 7, 7, 9, 9], steps=20, seed=8)
+    work, d_work = F.new_work(host, share=2), gpu.new_work(device, share=2)
+    symmetry = np.arange(games) % 8
+    pick = np.random.default_rng(1)
+    encoded = []  # which rows each call encoded
+    for _ in range(8):  # room for 8 more moves (_play_both's max_moves)
+        planes = np.zeros((games, F.N_PLANES, tensor, tensor), np.float32)
+        glob = np.zeros((games, F.N_GLOBALS), np.float32)
+        which = pick.random(games) < 0.8
+        encoded.append(which)
+        F.encode_some(host, work, which, planes, glob, symmetry)
+        d_planes = gpu.zeros(planes.shape, np.float32)
+        gpu.encode_some(device, d_work, which, d_planes, gpu.zeros(glob.shape, np.float32),
+                        symmetry)  # fmt: skip
+        assert np.array_equal(planes[which], gpu.to_numpy(d_planes)[which])
+        assert np.array_equal(work.past_reads, gpu.to_numpy(d_work.past_reads))
+        legal = gb.legal_all(host)
+        moves = np.array([pick.choice(np.flatnonzero(row)) for row in legal])
+        gb.play_all(host, moves)
+        gpu.play_all(device, moves)
+    # A row reads a position of its game 1 or 2 turns ago unless it has read it, or encoded it
+    # as the current one, before.
+    reads = np.zeros(games, np.int64)
+    for g in range(games):
+        known = set()
+        for t, which in enumerate(encoded):
+            if which[g]:
+                reads[g] += len({t - 2, t - 1} - known)
+                known |= {t - 2, t - 1, t}
+    assert np.array_equal(work.past_reads, reads)
+    assert 0 < reads.sum() < sum(2 * which.sum() for which in encoded) / 3
+
+
 def test_ladders_and_pass_alive_area_match_the_cpu(gpu):
     from tests.conftest import game_from_diagram
     from tests.test_features import LADDERS

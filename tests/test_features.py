@@ -601,9 +601,9 @@ def test_work_space_is_reusable_between_calls():
 
 
 def test_ladders_of_earlier_positions_are_remembered_by_position():
-    """The ladders of the positions 1 and 2 turns ago are kept in the work row (a search's
-    leaves share them step after step), keyed by the position: the same position is served
-    from the memo, another one is read afresh."""
+    """The ladders of the positions 1 and 2 turns ago are kept in the work space's memo (a
+    search's leaves share them step after step), keyed by the position: the same position is
+    served from the memo, another one is read afresh."""
     game = game_from_diagram(_board(_with(NET, y5=". . . . . X . . .")), to_move=BLACK)
     game.play(BLACK, (5, 4))  # F5: atari
     game.play(WHITE, (4, 5))  # E4: extends to 2 liberties, the ladder still works
@@ -625,12 +625,47 @@ def test_ladders_of_earlier_positions_are_remembered_by_position():
     assert points_of(again[F.LADDERED + 2], 9) == set()
     assert points_of(again[F.LADDERED + 1], 9) == set()
     # ... and only for it: after a new move, the position 2 turns ago (after E4) comes from the
-    # memo, the one 1 turn ago (after A5) is read.
+    # memo, and so does the one 1 turn ago (after A5): it was the current position of the
+    # calls before, whose ladders joined the memo. Nothing was read past the first call.
     game.play(WHITE, (1, 7))  # B2 breaks the ladder
     after = encode()
     assert points_of(after[F.LADDERED + 2], 9) == set()  # the memo's (emptied) entry
     assert points_of(after[F.LADDERED + 1], 9) == vertices("E5 E4", 9)
+    assert work.past_reads[0] == 2
     assert points_of(encode(F.new_work(game.b))[F.LADDERED + 2], 9) == vertices("E5 E4", 9)
+
+
+def test_a_games_leaves_share_one_memo_of_ladders():
+    """Rows in groups of `share` (a game's leaves) share a memo, and the positions they encode
+    join it: a leaf's position is, at the next call, the position 1 turn ago of its child in
+    another row of the group, which then reads no ladders of the past; a row of another group
+    reads both. The planes are a fresh work space's, row for row."""
+    moves = [(2, 3), (3, 3), (3, 2), (0, 0), (4, 4), (0, 1), (6, 0)]  # a ladder, no captures
+
+    def batch(extra):
+        b = new_boards(4, 9, PRESETS["chinese"], max_moves=50)
+        for x, y in moves + extra:
+            assert (play_all(b, np.full(4, point(b.stride, x, y))) == 0).all()
+        return b
+
+    def encode(b, work, which):
+        planes = np.zeros((4, F.N_PLANES, 9, 9), np.float32)
+        F.encode_some(b, work, np.array(which), planes, np.zeros((4, F.N_GLOBALS), np.float32))
+        return planes
+
+    leaf, child = batch([]), batch([(8, 8)])
+    work = F.new_work(leaf, share=2)
+    assert work.memo_tag.shape == (2, 2 * F.LADDER_MEMO)
+    encode(leaf, work, [True, False, False, False])
+    assert work.past_reads.tolist() == [2, 0, 0, 0]
+    which = [False, True, True, False]
+    got = encode(child, work, which)
+    assert work.past_reads.tolist() == [2, 0, 2, 0]  # row 1 shares row 0's memo, row 2 does not
+    fresh = encode(child, F.new_work(child), which)
+    assert np.array_equal(got, fresh)
+    assert got[1, F.LADDERED + 1].any() and got[1, F.LADDERED + 2].any()
+    with pytest.raises(ValueError, match="groups of 3"):
+        F.new_work(leaf, share=3)
 
 
 def test_the_ladder_memo_tells_board_sizes_and_kos_apart():
