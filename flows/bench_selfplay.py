@@ -160,8 +160,8 @@ def bench_one(
         # device (all of them where they are more than half the games).
         "roots_changed_per_step": round(mirrored / steps, 1),
         "root_bytes": sum(a.nbytes for a in sp.roots if isinstance(a, np.ndarray)) // sp.slots,
-        # Leaves whose ladders 1 or 2 turns ago were read (not in their game's memo): on a GPU,
-        # a warp of 32 rows waits for any of its rows that reads.
+        # Positions 1 or 2 turns ago whose ladders a leaf read (not in its game's memo; up to 2
+        # a leaf): on a GPU, a warp of 32 rows waits for any of its rows that reads.
         "past_reads_per_step": round(past_reads / steps, 2),
         "evaluations_per_step": round(evals / steps, 1),
     }
@@ -268,8 +268,8 @@ def format_row(r: dict) -> str:
         + f"\n    roots changed a step: {r['roots_changed_per_step']:,.1f} games of "
         f"{r['games_in_parallel']:,} ({r['roots_changed_per_step'] * r['root_bytes'] / 1e6:,.2f}"
         f" MB to a GPU; all: {r['games_in_parallel'] * r['root_bytes'] / 1e6:,.2f} MB)"
-        + f"\n    past positions' ladders read a step: {r['past_reads_per_step']:,.2f} (leaves "
-        f"encoded a step: {r['evaluations_per_step']:,.1f})"
+        + f"\n    past positions' ladders read a step: {r['past_reads_per_step']:,.2f} (of 2 a "
+        f"leaf encoded, {r['evaluations_per_step']:,.1f} leaves a step)"
     )
 
 

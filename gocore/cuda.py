@@ -42,12 +42,13 @@ except ImportError as e:  # pragma: no cover - numba always ships numba.cuda or 
 
 THREADS_PER_BLOCK = 64
 _log = logging.getLogger(__name__)
-# At most this many registers a thread for the encoder's kernels (encode, encode_some, remember),
-# None for the compiler's choice. The encoder is the one kernel at the 255-register ceiling
-# (`python -m gocore.cuda --resources`): at 64 threads a block that leaves 8 warps of an SM's 64
-# resident, few to hide the latency of its serial, divergent reads of global memory. A cap runs
-# more warps at once and spills the rest to local memory; which wins is for a GPU to say (`bench
-# selfplay --encoder-registers`). TENGEN_CUDA_ENCODER_REGISTERS sets it for a process.
+# At most this many registers a thread for the encoder's kernels (encode, encode_some), None for
+# the compiler's choice. The encoder takes 248 of the 255 a thread may have (`python -m
+# gocore.cuda --resources`): at 64 threads a block that leaves 8 warps of an SM's 64 resident,
+# few to hide the latency of its serial, divergent reads of global memory. A cap runs more warps
+# at once and spills the rest to local memory; which wins is for a GPU to say (`bench selfplay
+# --encoder-registers`). TENGEN_CUDA_ENCODER_REGISTERS sets it for a process. (`remember`, a
+# thread a game before the encoder, mostly finds its positions in the memo: not capped.)
 ENCODER_REGISTERS_ENV = "TENGEN_CUDA_ENCODER_REGISTERS"
 MIN_REGISTERS, MAX_REGISTERS = 32, 255
 # Seconds the first launch of each entry point took in this process: its compile (or its load
@@ -287,7 +288,7 @@ def _legal_entry(b, out):
         legal_row(b, g, b.to_move[g], out[g])
 
 
-@_entry(capped=True)
+@_entry
 def _remember_entry(b, w, which):
     q = cuda.grid(1)
     if q < w.memo_tag.shape[0]:

@@ -155,13 +155,15 @@ class FeatureWork(NamedTuple):
 
 
 def new_work(b: Boards, *, ladder_nodes: int = LADDER_MAX_NODES, share: int = 1) -> FeatureWork:
-    """The encoder's work space for batch `b` (about 31 KB a row on 19x19, 6.6 KB of it the
+    """The encoder's work space for batch `b` (about 32 KB a row on 19x19, 7 KB of it the
     memo); reusable for any batch of the same shape. Each `share` consecutive rows (a game's
     leaves) share one memo of positions' ladders: a leaf's positions 1 and 2 turns ago are
     mostly ones its game's other leaves, or the leaf's parent, were before."""
     games, area = b.color.shape
     if share < 1 or games % share:
         raise ValueError(f"share={share}: the {games} rows must split into groups of {share}")
+    if LADDER_MEMO * share > np.iinfo(np.int16).max:  # past_entry's type
+        raise ValueError(f"share={share}: at most {np.iinfo(np.int16).max // LADDER_MEMO} rows")
     groups, entries = games // share, LADDER_MEMO * share
     depth = LADDER_MAX_DEPTH
     return FeatureWork(
@@ -749,7 +751,7 @@ def _memo_find(w, q, key, tag):
 def _memo_store(w, q, key, tag, marks):
     """Put a position's laddered stones in group q's memo, in place of the entry used longest
     ago (an empty one first: never used), and return the entry. Entries used in this call of
-    remember_ladders are the group's newest (at most 3 per row, of LADDER_MEMO per row), so
+    remember_ladders are the group's newest (at most 3 per row, of LADDER_MEMO > 3 per row), so
     none of them is replaced."""
     best = 0
     for i in range(1, w.memo_used.shape[1]):
@@ -849,7 +851,9 @@ def _memo_planes(w, q, i, planes, plane, stride, n, sym, n_points):
 @routine
 def encode(b, g, w, sym, planes, glob):
     """Write game g's input planes ([N_PLANES, T, T], T >= its size) and globals ([N_GLOBALS])
-    under symmetry `sym`, from the view of its player to move."""
+    under symmetry `sym`, from the view of its player to move. remember_ladders must have run on
+    g's group first (encode_all and encode_some do): the ladders 1 and 2 turns ago are the memo
+    entries it left in w.past_entry[g]."""
     stride = b.stride
     n = b.size[g]
     n_points = b.color.shape[1]

@@ -83,8 +83,8 @@ def test_bench_selfplay_json_shape():
     assert sum(row["ms_per_step"][k] for k in phases) <= row["ms_per_step"]["step"]
     # What of the roots a GPU receives a step: the games that moved or started, some of the 4.
     assert 0 < row["roots_changed_per_step"] < 4 and row["root_bytes"] > 1000
-    # The leaves' past positions mostly come from their game's memo of ladders.
-    assert 0 <= row["past_reads_per_step"] < row["evaluations_per_step"] <= 8
+    # The leaves' past positions (2 a leaf) mostly come from their game's memo of ladders.
+    assert 0 <= row["past_reads_per_step"] < 2 * row["evaluations_per_step"] <= 16
     assert "first step" in result.stderr and "warmed up" in result.stderr
     assert {
         "net", "board", "games_in_parallel", "device", "selfplay_visits_per_s",

@@ -133,9 +133,9 @@ def test_encoding_matches_the_cpu(gpu):
 
 def test_a_shared_memo_of_ladders_matches_the_cpu(gpu):
     """Rows in groups of 2 sharing a memo (the `remember` kernel, a thread a group, then the
-    encoder, a thread a row), encoded move after move as their games go on: the CPU's planes,
-    and ladders of the past read exactly where the position was not encoded as a current one
-    before (the rows' games are all different)."""
+    encoder, a thread a row), encoded move after move as their games go on: the CPU's planes
+    (a fresh work space's), and ladders of the past read exactly where the position was not
+    encoded or read before (the rows' games are all different, and none passes)."""
     games, tensor = 6, 9
     host, device = _play_both(gpu, games, [9, 9, 7, 7, 9, 9], steps=20, seed=8)
     work, d_work = F.new_work(host, share=2), gpu.new_work(device, share=2)
@@ -153,7 +153,11 @@ def test_a_shared_memo_of_ladders_matches_the_cpu(gpu):
                         symmetry)  # fmt: skip
         assert np.array_equal(planes[which], gpu.to_numpy(d_planes)[which])
         assert np.array_equal(work.past_reads, gpu.to_numpy(d_work.past_reads))
+        fresh = np.zeros(planes.shape, np.float32)
+        F.encode_some(host, F.new_work(host), which, fresh, glob, symmetry)
+        assert np.array_equal(planes[which], fresh[which])
         legal = gb.legal_all(host)
+        legal[:, gb.PASS] = False  # a pass keeps the stones: the memo would answer for them
         moves = np.array([pick.choice(np.flatnonzero(row)) for row in legal])
         gb.play_all(host, moves)
         gpu.play_all(device, moves)

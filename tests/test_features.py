@@ -7,7 +7,17 @@ import numpy as np
 import pytest
 
 from gocore import features as F
-from gocore.board import BLACK, PASS, WHITE, legal_all, new_boards, play_all, point, point_xy
+from gocore.board import (
+    BLACK,
+    PASS,
+    WHITE,
+    Boards,
+    legal_all,
+    new_boards,
+    play_all,
+    point,
+    point_xy,
+)
 from gocore.playout import new_rng
 from gocore.rules import PRESETS
 from play.game import Game
@@ -640,30 +650,29 @@ def test_a_games_leaves_share_one_memo_of_ladders():
     join it: a leaf's position is, at the next call, the position 1 turn ago of its child in
     another row of the group, which then reads no ladders of the past; a row of another group
     reads both. The planes are a fresh work space's, row for row."""
-    moves = [(2, 3), (3, 3), (3, 2), (0, 0), (4, 4), (0, 1), (6, 0)]  # a ladder, no captures
-
-    def batch(extra):
-        b = new_boards(4, 9, PRESETS["chinese"], max_moves=50)
-        for x, y in moves + extra:
-            assert (play_all(b, np.full(4, point(b.stride, x, y))) == 0).all()
-        return b
+    game = game_from_diagram(_board(_with(NET, y5=". . . . . X . . .")), to_move=BLACK)
+    game.play(BLACK, (5, 4))  # F5: atari, E5 laddered
+    game.play(WHITE, (4, 5))  # E4: extends to 2 liberties, E5 E4 laddered
+    leaf = Boards(*(np.repeat(a, 4, axis=0) if isinstance(a, np.ndarray) else a for a in game.b))
+    game.play(BLACK, (0, 4))  # A5: elsewhere
+    child = Boards(*(np.repeat(a, 4, axis=0) if isinstance(a, np.ndarray) else a for a in game.b))
 
     def encode(b, work, which):
         planes = np.zeros((4, F.N_PLANES, 9, 9), np.float32)
         F.encode_some(b, work, np.array(which), planes, np.zeros((4, F.N_GLOBALS), np.float32))
         return planes
 
-    leaf, child = batch([]), batch([(8, 8)])
     work = F.new_work(leaf, share=2)
     assert work.memo_tag.shape == (2, 2 * F.LADDER_MEMO)
     encode(leaf, work, [True, False, False, False])
-    assert work.past_reads.tolist() == [2, 0, 0, 0]
+    assert work.past_reads.tolist() == [2, 0, 0, 0]  # before F5 and after it
     which = [False, True, True, False]
     got = encode(child, work, which)
     assert work.past_reads.tolist() == [2, 0, 2, 0]  # row 1 shares row 0's memo, row 2 does not
-    fresh = encode(child, F.new_work(child), which)
-    assert np.array_equal(got, fresh)
-    assert got[1, F.LADDERED + 1].any() and got[1, F.LADDERED + 2].any()
+    for row in (1, 2):
+        assert points_of(got[row, F.LADDERED + 2], 9) == vertices("E5", 9)  # after F5
+        assert points_of(got[row, F.LADDERED + 1], 9) == vertices("E5 E4", 9)  # after E4
+    assert np.array_equal(got, encode(child, F.new_work(child), which))
     with pytest.raises(ValueError, match="groups of 3"):
         F.new_work(leaf, share=3)
 
@@ -708,24 +717,32 @@ def test_the_ladder_memo_tells_board_sizes_and_kos_apart():
 
 
 def test_a_reused_work_space_encodes_as_a_fresh_one():
-    """Random games encoded move after move with one work space (its ladder memo filling,
-    hitting and cycling) give exactly the planes of a fresh work space each time."""
+    """Random games encoded move after move with one work space, rows in groups of 4 sharing a
+    memo, some rows skipped at each call and some moves passes (its memo filling, hitting,
+    reading what a skipped row did not encode, and replacing entries): exactly the planes of a
+    fresh work space each time."""
     games = 8
     b = new_boards(games, 9, PRESETS["chinese"], max_moves=200)
-    work = F.new_work(b)
+    work = F.new_work(b, share=4)
     rng = np.random.default_rng(3)
+    first_reads = None
     for _ in range(90):
         legal = legal_all(b)
         legal[:, PASS] = False
         moves = np.array([rng.choice(np.flatnonzero(row)) if row.any() else PASS for row in legal])
+        moves[rng.random(games) < 0.05] = PASS
         play_all(b, moves)
+        which = rng.random(games) < 0.7
         reused = np.zeros((games, F.N_PLANES, 9, 9), np.float32)
         fresh = np.zeros((games, F.N_PLANES, 9, 9), np.float32)
         glob = np.zeros((games, F.N_GLOBALS), np.float32)
-        F.encode_all(b, work, reused, glob)
-        F.encode_all(b, F.new_work(b), fresh, glob)
-        assert np.array_equal(reused, fresh)
-    assert (work.memo_tag >= 0).all()  # every entry used
+        F.encode_some(b, work, which, reused, glob)
+        F.encode_some(b, F.new_work(b), which, fresh, glob)
+        assert np.array_equal(reused[which], fresh[which])
+        if first_reads is None:
+            first_reads = work.past_reads.sum()
+    assert (work.memo_tag >= 0).all()  # every entry used: 64 a group, 4 rows of 90 positions
+    assert work.past_reads.sum() > first_reads  # skipped rows read later
     assert reused[:, F.LADDERED + 1 : F.LADDERED + 3].any()  # some ladders among them
 
 
