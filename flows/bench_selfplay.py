@@ -56,6 +56,7 @@ def bench_one(
     encoder_registers: int | None = None,
     profile: str | None = None,
     until_a_game_ends: bool = False,
+    lockstep: int = 0,
 ) -> dict:
     params = section(load_params(params_path), "selfplay", SelfPlayParams, source=params_path)
     params = params.model_copy(
@@ -124,6 +125,7 @@ def bench_one(
         _step_for(sp, max(1.0, seconds / 2))
         profiler.disable()
         _write_profile(profiler, profile, label)
+    modelled = _lockstep(sp, lockstep) if lockstep else None
     visit_rate = visits / elapsed
     # The network alone, on the batch self-play just encoded (on the GPU: its device buffer).
     planes, glob, legal, sync = _net_inputs(sp, board, device)
@@ -164,7 +166,88 @@ def bench_one(
         # a leaf): on a GPU, a warp of 32 rows waits for any of its rows that reads.
         "past_reads_per_step": round(past_reads / steps, 2),
         "evaluations_per_step": round(evals / steps, 1),
+        # The GPU encoder's lockstep modelled on the CPU (`lockstep` steps), us a row: None
+        # unless asked.
+        "encoder_lockstep_us_per_row": modelled,
     }
+
+
+_timed_rows = None
+
+
+def _time_rows():
+    """A CPU driver that encodes each marked row alone, three times, and keeps its fastest
+    time (seconds), for the lockstep model."""
+    global _timed_rows
+    if _timed_rows is None:
+        import numba
+
+        from gocore import features as F
+
+        @numba.njit
+        def timed_rows(b, w, which, symmetry, planes, glob, out):
+            for g in range(b.color.shape[0]):
+                if not which[g]:
+                    continue
+                best = 1e9
+                for _ in range(3):
+                    with numba.objmode(start="f8"):
+                        start = time.perf_counter()
+                    F.encode(b, g, w, symmetry[g], planes[g], glob[g])
+                    with numba.objmode(stop="f8"):
+                        stop = time.perf_counter()
+                    best = min(best, stop - start)
+                out[g] = best
+
+        _timed_rows = timed_rows
+    return _timed_rows
+
+
+def _lockstep(sp: SP.SelfPlay, steps: int) -> dict:
+    """The encoder on a GPU, modelled on this CPU over `steps` self-play steps: a warp's 32
+    threads run in lockstep, so a warp takes as long as its slowest row. Each row the step
+    encodes is encoded again alone (its fastest of three, warm; `remember` has run), and each
+    warp of 32 threads is charged 32 times its slowest row's time, in us a row encoded: with the
+    rows in row order (a thread a row of the batch, those not encoded idle: the encoder's launch
+    before features.encode_order), in encode_order's (the GPU's launch now), sorted by their
+    own times (no order can do better), and the mean (no lockstep at all). An estimate: a GPU's
+    memory and scheduling are not modelled."""
+    import dataclasses
+
+    from gocore import features as F
+
+    timed_rows = _time_rows()
+    encode_some = sp.xp.encode_some
+    if encode_some is not F.encode_some:
+        raise ValueError("the lockstep model times the CPU's encoder: --device cpu")
+    charged = {"row_order": 0.0, "encode_order": 0.0, "best_order": 0.0, "mean": 0.0}
+    rows = 0
+
+    def warps(t: np.ndarray) -> float:
+        t = np.concatenate([t, np.zeros(-len(t) % 32)])
+        return 32 * float(t.reshape(-1, 32).max(axis=1).sum())
+
+    def timed(b, work, which, planes, glob, symmetry=None):
+        nonlocal rows
+        encode_some(b, work, which, planes, glob, symmetry)
+        symmetry = F.check_symmetries(symmetry, b.games)
+        seconds = np.zeros(b.games)
+        timed_rows(b, work, which, symmetry, planes, glob, seconds)
+        order = F.encode_order(which, work.row_work)
+        charged["row_order"] += warps(np.where(which, seconds, 0.0))
+        charged["encode_order"] += warps(seconds[order])
+        charged["best_order"] += warps(np.sort(seconds[order])[::-1])
+        charged["mean"] += float(seconds[order].sum())
+        rows += len(order)
+
+    xp = sp.xp
+    sp.xp = dataclasses.replace(xp, encode_some=timed)
+    try:
+        for _ in range(steps):
+            sp.step()
+    finally:
+        sp.xp = xp
+    return {k: round(1e6 * v / max(rows, 1), 2) for k, v in charged.items()}
 
 
 def _step_for(sp: SP.SelfPlay, seconds: float) -> float:
@@ -227,6 +310,7 @@ def bench_selfplay(
     compiles=("none",),
     encoder_registers=(None,),
     profile: str | None = None,
+    lockstep: int = 0,
 ):
     """One row per run, slot count, dtype, torch.compile mode (nets.evaluator.COMPILE_MODES)
     and register cap of the CUDA encoder (gocore.cuda.set_encoder_registers) in one process
@@ -245,6 +329,7 @@ def bench_selfplay(
                             params_path=params_path, device=device, dtype=dtype,
                             compile=compile, encoder_registers=registers,
                             profile=profile if first else None, until_a_game_ends=first,
+                            lockstep=lockstep,
                         )  # fmt: skip
                         first = False
 
@@ -270,6 +355,17 @@ def format_row(r: dict) -> str:
         f" MB to a GPU; all: {r['games_in_parallel'] * r['root_bytes'] / 1e6:,.2f} MB)"
         + f"\n    past positions' ladders read a step: {r['past_reads_per_step']:,.2f} (of 2 a "
         f"leaf encoded, {r['evaluations_per_step']:,.1f} leaves a step)"
+        + _lockstep_line(r["encoder_lockstep_us_per_row"])
+    )
+
+
+def _lockstep_line(m: dict | None) -> str:
+    if m is None:
+        return ""
+    return (
+        f"\n    the encoder in lockstep warps of 32 (modelled on this CPU), us a row: rows in row "
+        f"order {m['row_order']:.2f}, in encode_order {m['encode_order']:.2f}, sorted by their "
+        f"own times {m['best_order']:.2f}, the mean {m['mean']:.2f}"
     )
 
 

@@ -888,6 +888,14 @@ def bench_selfplay(
         str | None,
         typer.Option(help="Write a cProfile of the first row's self-play to this file."),
     ] = None,
+    lockstep: Annotated[
+        int,
+        typer.Option(
+            help="On the CPU, after the timed runs: model the GPU encoder's lockstep over this "
+            "many steps (each row's encode timed alone, a warp of 32 charged its slowest row), "
+            "with the rows in row order and in the GPU's launch order. 0: not modelled."
+        ),
+    ] = 0,
 ) -> None:
     """Self-play visits per second beside the same net's evaluations per second, no search."""
     from flows.bench_selfplay import HEADER, format_row
@@ -918,6 +926,12 @@ def bench_selfplay(
             raise typer.BadParameter(
                 f"expected {', '.join(COMPILE_MODES)} (got {c!r})", param_hint="--compile"
             )
+    if lockstep < 0 or (lockstep and device != "cpu"):
+        raise typer.BadParameter(
+            f"expected a count of steps >= 0, modelled with --device cpu (got {lockstep}); on a "
+            "GPU the encode phase measures the lockstep itself",
+            param_hint="--lockstep",
+        )
     caps = [c.strip() for c in encoder_registers.split(",")]
     if device != "cuda":
         if caps not in ([""], ["none"]):
@@ -952,7 +966,7 @@ def bench_selfplay(
         print(HEADER, flush=True)
     for row in run(pairs, slots=[int(s) for s in slot_counts], leaves=leaves, seconds=seconds,
                    params_path=params, device=device, dtypes=dtypes, compiles=compiles,
-                   encoder_registers=caps, profile=profile):  # fmt: skip
+                   encoder_registers=caps, profile=profile, lockstep=lockstep):  # fmt: skip
         rows.append(row)
         if not as_json:
             print(format_row(row), flush=True)

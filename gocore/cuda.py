@@ -42,7 +42,7 @@ except ImportError as e:  # pragma: no cover - numba always ships numba.cuda or 
 
 THREADS_PER_BLOCK = 64
 _log = logging.getLogger(__name__)
-# At most this many registers a thread for the encoder's kernels (encode, encode_some), None for
+# At most this many registers a thread for the encoder's kernel (`encode`), None for
 # the compiler's choice. The encoder takes 248 of the 255 a thread may have (`python -m
 # gocore.cuda --resources`): at 64 threads a block that leaves 8 warps of an SM's 64 resident,
 # few to hide the latency of its serial, divergent reads of global memory. A cap runs more warps
@@ -296,16 +296,10 @@ def _remember_entry(b, w, which):
 
 
 @_entry(capped=True)
-def _encode_entry(b, w, symmetry, planes, glob):
-    g = cuda.grid(1)
-    if g < b.size.shape[0]:
-        encode(b, g, w, symmetry[g], planes[g], glob[g])
-
-
-@_entry(capped=True)
-def _encode_some_entry(b, w, which, symmetry, planes, glob):
-    g = cuda.grid(1)
-    if g < b.size.shape[0] and which[g]:
+def _encode_entry(b, w, rows, symmetry, planes, glob):
+    i = cuda.grid(1)
+    if i < rows.shape[0]:
+        g = np.int64(rows[i])
         encode(b, g, w, symmetry[g], planes[g], glob[g])
 
 
@@ -443,7 +437,6 @@ ENTRIES = {
     "legal": _legal_entry,
     "remember": _remember_entry,
     "encode": _encode_entry,
-    "encode_some": _encode_some_entry,
     "policy": _policy_entry,
     "play_out": _play_out_entry,
     "legal_tensor": _legal_tensor_entry,
@@ -587,9 +580,7 @@ def encode_all(b: Boards, work: FeatureWork, planes, glob, symmetry=None) -> Non
     features.check_work(b.color.shape, b.stride, work)
     features.check_buffers(b.games, int(sizes.max()), planes.shape, glob.shape)
     symmetry = features.check_symmetries(None if symmetry is None else _host(symmetry), b.games)
-    _launch(_remember_entry, work.memo_tag.shape[0], b, work, _mask(True, b.games))
-    _launch(_encode_entry, b.games, b, work, cuda.to_device(symmetry), _as_device(planes),
-            _as_device(glob))  # fmt: skip
+    _encode_rows(b, work, np.ones(b.games, np.bool_), planes, glob, symmetry)
 
 
 def encode_some(b: Boards, work: FeatureWork, which, planes, glob, symmetry=None) -> None:
@@ -598,9 +589,21 @@ def encode_some(b: Boards, work: FeatureWork, which, planes, glob, symmetry=None
     features.check_work(b.color.shape, b.stride, work)
     features.check_buffers(b.games, int(sizes.max()), planes.shape, glob.shape)
     symmetry = features.check_symmetries(None if symmetry is None else _host(symmetry), b.games)
-    which = _mask(which, b.games)
-    _launch(_remember_entry, work.memo_tag.shape[0], b, work, which)
-    _launch(_encode_some_entry, b.games, b, work, which, cuda.to_device(symmetry),
+    which = np.ascontiguousarray(np.broadcast_to(_host(which), (b.games,)), np.bool_)
+    _encode_rows(b, work, which, planes, glob, symmetry)
+
+
+def _encode_rows(b: Boards, work: FeatureWork, which: np.ndarray, planes, glob, symmetry) -> None:
+    """The rows marked in `which` (host [G] bool): `remember` (a thread a group), then the
+    encoder, a thread a row in features.encode_order's order (the most work expected first,
+    from the work their positions 1 turn ago took, which `remember` leaves in work.row_work): a
+    warp's 32 rows run in lockstep, so rows of like work share warps. The order costs a
+    round trip: [G] int32 to the host (after `remember`), sorted there, [K] int32 back."""
+    _launch(_remember_entry, work.memo_tag.shape[0], b, work, _on_device(which, np.bool_))
+    rows = features.encode_order(which, _host(work.row_work))
+    if len(rows) == 0:
+        return
+    _launch(_encode_entry, len(rows), b, work, cuda.to_device(rows), cuda.to_device(symmetry),
             _as_device(planes), _as_device(glob))  # fmt: skip
 
 
@@ -907,7 +910,7 @@ def entry_code(cc: tuple[int, int] = (9, 0), names=None, output: str = "ptx"):
         "play": (b, i64, np.zeros(2, np.int32)),
         "legal": (b, np.zeros(b.color.shape, np.bool_)),
         "remember": (b, w, which),
-        "encode": (b, w, i64, planes, glob),
+        "encode": (b, w, np.zeros(2, np.int32), i64, planes, glob),
         "policy": (b, i64, policy, 9, np.zeros(b.color.shape, np.float32)),
         "play_out": (b, playout.new_rng(2, 0), True),
         "legal_tensor": (b, i64, 9, np.zeros((2, 82), np.bool_)),
@@ -921,7 +924,6 @@ def entry_code(cc: tuple[int, int] = (9, 0), names=None, output: str = "ptx"):
         "gumbel_moves": (t, params, i64),
         "reroot": (t, i64, t, which),
         "copy_tree": (t, t, which),
-        "encode_some": (b, w, which, i64, planes, glob),
         "priors": (t, np.zeros(b.color.shape, np.float32)),
         "gather": (t, np.zeros((2, 6), np.int32), np.zeros((2, 3), np.float32)),
         "take_rows": (np.zeros((2, 4), np.float32), i64, np.zeros((2, 4), np.float32)),

@@ -67,7 +67,7 @@ def test_bench_features_rejects_bad_sizes():
 def test_bench_selfplay_json_shape():
     result = run_cli(
         "bench", "selfplay", "--json", "--seconds", "0.5", "--runs", "b2c16:5",
-        "--slots", "4,6", "--leaves", "2", "--compile", "none,default",
+        "--slots", "4,6", "--leaves", "2", "--compile", "none,default", "--lockstep", "3",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     row, compiled, six, _ = json.loads(result.stdout)
@@ -85,6 +85,11 @@ def test_bench_selfplay_json_shape():
     assert 0 < row["roots_changed_per_step"] < 4 and row["root_bytes"] > 1000
     # The leaves' past positions (2 a leaf) mostly come from their game's memo of ladders.
     assert 0 <= row["past_reads_per_step"] < 2 * row["evaluations_per_step"] <= 16
+    # The GPU encoder's lockstep, modelled: no order of the rows in warps does better than
+    # sorted by their own times, and none beats their mean (each row timed apart, all > 0).
+    m = row["encoder_lockstep_us_per_row"]
+    assert set(m) == {"row_order", "encode_order", "best_order", "mean"}
+    assert 0 < m["mean"] <= m["best_order"] <= min(m["encode_order"], m["row_order"])
     assert "first step" in result.stderr and "warmed up" in result.stderr
     assert {
         "net", "board", "games_in_parallel", "device", "selfplay_visits_per_s",
@@ -114,6 +119,8 @@ def test_bench_selfplay_rejects_bad_runs():
     assert result.returncode == 2 and "applies to the CUDA kernels" in said(result)
     result = run_cli("bench", "selfplay", "--device", "cuda", "--encoder-registers", "none,300")
     assert result.returncode == 2 and "'300' is not a register cap" in said(result)
+    result = run_cli("bench", "selfplay", "--device", "cuda", "--lockstep", "5")
+    assert result.returncode == 2 and "modelled with --device cpu" in said(result)
 
 
 @pytest.mark.slow

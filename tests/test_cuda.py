@@ -133,15 +133,17 @@ def test_encoding_matches_the_cpu(gpu):
 
 def test_a_shared_memo_of_ladders_matches_the_cpu(gpu):
     """Rows in groups of 2 sharing a memo (the `remember` kernel, a thread a group, then the
-    encoder, a thread a row), encoded move after move as their games go on: the CPU's planes
-    (a fresh work space's), and ladders of the past read exactly where the position was not
-    encoded or read before (the rows' games are all different, and none passes)."""
+    encoder, a thread a row, the rows launched in encode_order), encoded move after move as
+    their games go on: the CPU's planes (a fresh work space's) and expected work, and ladders
+    of the past read exactly where the position was not encoded or read before (the rows'
+    games are all different, and none passes)."""
     games, tensor = 6, 9
     host, device = _play_both(gpu, games, [9, 9, 7, 7, 9, 9], steps=20, seed=8)
     work, d_work = F.new_work(host, share=2), gpu.new_work(device, share=2)
     symmetry = np.arange(games) % 8
     pick = np.random.default_rng(1)
     encoded = []  # which rows each call encoded
+    orders = []
     for _ in range(8):  # room for 8 more moves (_play_both's max_moves)
         planes = np.zeros((games, F.N_PLANES, tensor, tensor), np.float32)
         glob = np.zeros((games, F.N_GLOBALS), np.float32)
@@ -153,6 +155,8 @@ def test_a_shared_memo_of_ladders_matches_the_cpu(gpu):
                         symmetry)  # fmt: skip
         assert np.array_equal(planes[which], gpu.to_numpy(d_planes)[which])
         assert np.array_equal(work.past_reads, gpu.to_numpy(d_work.past_reads))
+        assert np.array_equal(work.row_work[which], gpu.to_numpy(d_work.row_work)[which])
+        orders.append(F.encode_order(which, work.row_work))  # the device's launch order
         fresh = np.zeros(planes.shape, np.float32)
         F.encode_some(host, F.new_work(host), which, fresh, glob, symmetry)
         assert np.array_equal(planes[which], fresh[which])
@@ -172,6 +176,8 @@ def test_a_shared_memo_of_ladders_matches_the_cpu(gpu):
                 known |= {t - 2, t - 1, t}
     assert np.array_equal(work.past_reads, reads)
     assert 0 < reads.sum() < sum(2 * which.sum() for which in encoded) / 3
+    # The device encoded its rows out of row order (the most work expected first).
+    assert any((np.diff(order) < 0).any() for order in orders)
 
 
 def test_ladders_and_pass_alive_area_match_the_cpu(gpu):

@@ -673,8 +673,26 @@ def test_a_games_leaves_share_one_memo_of_ladders():
         assert points_of(got[row, F.LADDERED + 2], 9) == vertices("E5", 9)  # after F5
         assert points_of(got[row, F.LADDERED + 1], 9) == vertices("E5 E4", 9)  # after E4
     assert np.array_equal(got, encode(child, F.new_work(child), which))
+    # The work each child's read is expected to take is what its parent's (the leaf's) took,
+    # taken from the memo in row 1 and read anew in row 2: its flood fills.
+    parent = Boards(*(a[:1] if isinstance(a, np.ndarray) else a for a in leaf))
+    reader = F.new_work(parent)
+    F.ladders_all(parent, reader)
+    assert reader.mark[0, 0] > 0  # the stamps of its flood fills
+    assert work.row_work[1] == work.row_work[2] == reader.mark[0, 0]
     with pytest.raises(ValueError, match="groups of 3"):
         F.new_work(leaf, share=3)
+
+
+def test_the_encoder_order_puts_the_most_work_first():
+    """The GPU's encoder launches the marked rows, the most work expected first (ties in row
+    order; past int16's range, work counts as the most)."""
+    which = np.array([True, True, False, True, True, True, True])
+    work = np.array([5, 90, 99, 5, 0, 40_000, 33_000], np.int32)
+    order = F.encode_order(which, work)
+    assert order.dtype == np.int32
+    assert order.tolist() == [5, 6, 1, 0, 3, 4]
+    assert F.encode_order(np.zeros(7, np.bool_), work).tolist() == []
 
 
 def test_the_ladder_memo_tells_board_sizes_and_kos_apart():
