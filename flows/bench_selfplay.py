@@ -66,7 +66,7 @@ def bench_one(
     if device == "cuda":
         from gocore import cuda
 
-        cuda.set_encoder_registers(encoder_registers)  # this row's encoder kernels
+        cuda.set_encoder_registers(encoder_registers)  # this row's encoder kernel
     sp = SP.SelfPlay(params.config(), evaluator, games=10**9, slots=slots, seed=0, device=device)
     # Warm up: compile, fill the trees, get games past their openings. Progress goes to stderr
     # as it happens (on a GPU the first step compiles the kernels, which can take minutes).
@@ -177,7 +177,8 @@ _timed_rows = None
 
 def _time_rows():
     """A CPU driver that encodes each marked row alone, three times, and keeps its fastest
-    time (seconds), for the lockstep model."""
+    time (seconds), less the fastest of three empty timings (the clock's own cost, two calls
+    out of numba's compiled code), for the lockstep model."""
     global _timed_rows
     if _timed_rows is None:
         import numba
@@ -186,6 +187,13 @@ def _time_rows():
 
         @numba.njit
         def timed_rows(b, w, which, symmetry, planes, glob, out):
+            clock = 1e9
+            for _ in range(3):
+                with numba.objmode(start="f8"):
+                    start = time.perf_counter()
+                with numba.objmode(stop="f8"):
+                    stop = time.perf_counter()
+                clock = min(clock, stop - start)
             for g in range(b.color.shape[0]):
                 if not which[g]:
                     continue
@@ -197,21 +205,29 @@ def _time_rows():
                     with numba.objmode(stop="f8"):
                         stop = time.perf_counter()
                     best = min(best, stop - start)
-                out[g] = best
+                out[g] = max(best - clock, 0.0)
 
         _timed_rows = timed_rows
     return _timed_rows
 
 
+def warp_seconds(seconds: np.ndarray) -> float:
+    """Thread-seconds a GPU spends on rows taking `seconds` each, thread i the i-th, in warps of
+    32 threads that run in lockstep: each warp 32 times its slowest (the last warp padded with
+    idle threads)."""
+    t = np.concatenate([seconds, np.zeros(-len(seconds) % 32)])
+    return 32 * float(t.reshape(-1, 32).max(axis=1).sum())
+
+
 def _lockstep(sp: SP.SelfPlay, steps: int) -> dict:
     """The encoder on a GPU, modelled on this CPU over `steps` self-play steps: a warp's 32
     threads run in lockstep, so a warp takes as long as its slowest row. Each row the step
-    encodes is encoded again alone (its fastest of three, warm; `remember` has run), and each
-    warp of 32 threads is charged 32 times its slowest row's time, in us a row encoded: with the
-    rows in row order (a thread a row of the batch, those not encoded idle: the encoder's launch
-    before features.encode_order), in encode_order's (the GPU's launch now), sorted by their
-    own times (no order can do better), and the mean (no lockstep at all). An estimate: a GPU's
-    memory and scheduling are not modelled."""
+    encodes is encoded again alone (_time_rows; `remember` has run), and each warp charged
+    (warp_seconds), in us a row encoded: with the rows in row order (a thread a row of the
+    batch, those not encoded idle: the encoder's launch before features.encode_order), packed
+    in row order (only the rows encoded, no idle thread), in encode_order's (the GPU's launch
+    now: packed and sorted), sorted by their own times (no order does better), and their mean
+    (no lockstep at all). An estimate: a GPU's memory and scheduling are not modelled."""
     import dataclasses
 
     from gocore import features as F
@@ -220,12 +236,8 @@ def _lockstep(sp: SP.SelfPlay, steps: int) -> dict:
     encode_some = sp.xp.encode_some
     if encode_some is not F.encode_some:
         raise ValueError("the lockstep model times the CPU's encoder: --device cpu")
-    charged = {"row_order": 0.0, "encode_order": 0.0, "best_order": 0.0, "mean": 0.0}
+    charged = dict.fromkeys(("row_order", "packed", "encode_order", "best_order", "mean"), 0.0)
     rows = 0
-
-    def warps(t: np.ndarray) -> float:
-        t = np.concatenate([t, np.zeros(-len(t) % 32)])
-        return 32 * float(t.reshape(-1, 32).max(axis=1).sum())
 
     def timed(b, work, which, planes, glob, symmetry=None):
         nonlocal rows
@@ -234,9 +246,10 @@ def _lockstep(sp: SP.SelfPlay, steps: int) -> dict:
         seconds = np.zeros(b.games)
         timed_rows(b, work, which, symmetry, planes, glob, seconds)
         order = F.encode_order(which, work.row_work)
-        charged["row_order"] += warps(np.where(which, seconds, 0.0))
-        charged["encode_order"] += warps(seconds[order])
-        charged["best_order"] += warps(np.sort(seconds[order])[::-1])
+        charged["row_order"] += warp_seconds(np.where(which, seconds, 0.0))
+        charged["packed"] += warp_seconds(seconds[np.flatnonzero(which)])
+        charged["encode_order"] += warp_seconds(seconds[order])
+        charged["best_order"] += warp_seconds(np.sort(seconds[order])[::-1])
         charged["mean"] += float(seconds[order].sum())
         rows += len(order)
 
@@ -364,8 +377,9 @@ def _lockstep_line(m: dict | None) -> str:
         return ""
     return (
         f"\n    the encoder in lockstep warps of 32 (modelled on this CPU), us a row: rows in row "
-        f"order {m['row_order']:.2f}, in encode_order {m['encode_order']:.2f}, sorted by their "
-        f"own times {m['best_order']:.2f}, the mean {m['mean']:.2f}"
+        f"order {m['row_order']:.2f}, packed {m['packed']:.2f}, in encode_order "
+        f"{m['encode_order']:.2f}, sorted by their own times {m['best_order']:.2f}, the mean "
+        f"{m['mean']:.2f}"
     )
 
 

@@ -893,7 +893,7 @@ def bench_selfplay(
         typer.Option(
             help="On the CPU, after the timed runs: model the GPU encoder's lockstep over this "
             "many steps (each row's encode timed alone, a warp of 32 charged its slowest row), "
-            "with the rows in row order and in the GPU's launch order. 0: not modelled."
+            "with the rows in row order, packed, and in the GPU's launch order. 0: not modelled."
         ),
     ] = 0,
 ) -> None:

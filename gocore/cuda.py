@@ -224,7 +224,7 @@ _encoder_registers_read = False
 
 
 def encoder_registers() -> int | None:
-    """The encoder kernels' register cap: set_encoder_registers's, else the environment's."""
+    """The encoder kernel's register cap: set_encoder_registers's, else the environment's."""
     global _encoder_registers, _encoder_registers_read
     if not _encoder_registers_read:
         _encoder_registers = parse_registers(
@@ -235,7 +235,7 @@ def encoder_registers() -> int | None:
 
 
 def set_encoder_registers(registers: int | None) -> None:
-    """Cap the encoder kernels' registers a thread (None: the compiler's choice) from their next
+    """Cap the encoder kernel's registers a thread (None: the compiler's choice) from its next
     launch on; each cap compiles (or loads from the disk cache) a kernel of its own."""
     global _encoder_registers, _encoder_registers_read
     if registers is not None:
@@ -576,29 +576,21 @@ def legal_all(b: Boards):
 def encode_all(b: Boards, work: FeatureWork, planes, glob, symmetry=None) -> None:
     """As features.encode_all, into device buffers (numba device arrays, or anything with
     __cuda_array_interface__ such as a torch CUDA tensor)."""
-    sizes = _host(b.size)
-    features.check_work(b.color.shape, b.stride, work)
-    features.check_buffers(b.games, int(sizes.max()), planes.shape, glob.shape)
-    symmetry = features.check_symmetries(None if symmetry is None else _host(symmetry), b.games)
-    _encode_rows(b, work, np.ones(b.games, np.bool_), planes, glob, symmetry)
+    encode_some(b, work, True, planes, glob, symmetry)
 
 
 def encode_some(b: Boards, work: FeatureWork, which, planes, glob, symmetry=None) -> None:
-    """As features.encode_some, into device buffers."""
+    """As features.encode_some, into device buffers: `remember` (a thread a group), then the
+    encoder, a thread a marked row in features.encode_order's order (the most work expected
+    first, from the work their positions 1 turn ago took, which `remember` leaves in
+    work.row_work): a warp's 32 rows run in lockstep, so rows of like work share warps. The
+    order costs a round trip: [G] int32 to the host (after `remember`), sorted there, [K] int32
+    back."""
     sizes = _host(b.size)
     features.check_work(b.color.shape, b.stride, work)
     features.check_buffers(b.games, int(sizes.max()), planes.shape, glob.shape)
     symmetry = features.check_symmetries(None if symmetry is None else _host(symmetry), b.games)
     which = np.ascontiguousarray(np.broadcast_to(_host(which), (b.games,)), np.bool_)
-    _encode_rows(b, work, which, planes, glob, symmetry)
-
-
-def _encode_rows(b: Boards, work: FeatureWork, which: np.ndarray, planes, glob, symmetry) -> None:
-    """The rows marked in `which` (host [G] bool): `remember` (a thread a group), then the
-    encoder, a thread a row in features.encode_order's order (the most work expected first,
-    from the work their positions 1 turn ago took, which `remember` leaves in work.row_work): a
-    warp's 32 rows run in lockstep, so rows of like work share warps. The order costs a
-    round trip: [G] int32 to the host (after `remember`), sorted there, [K] int32 back."""
     _launch(_remember_entry, work.memo_tag.shape[0], b, work, _on_device(which, np.bool_))
     rows = features.encode_order(which, _host(work.row_work))
     if len(rows) == 0:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 
+import numpy as np
 import pytest
 
 from tests.conftest import run_cli
@@ -88,8 +89,8 @@ def test_bench_selfplay_json_shape():
     # The GPU encoder's lockstep, modelled: no order of the rows in warps does better than
     # sorted by their own times, and none beats their mean (each row timed apart, all > 0).
     m = row["encoder_lockstep_us_per_row"]
-    assert set(m) == {"row_order", "encode_order", "best_order", "mean"}
-    assert 0 < m["mean"] <= m["best_order"] <= min(m["encode_order"], m["row_order"])
+    assert set(m) == {"row_order", "packed", "encode_order", "best_order", "mean"}
+    assert 0 < m["mean"] <= m["best_order"] <= min(m["encode_order"], m["packed"], m["row_order"])
     assert "first step" in result.stderr and "warmed up" in result.stderr
     assert {
         "net", "board", "games_in_parallel", "device", "selfplay_visits_per_s",
@@ -100,6 +101,17 @@ def test_bench_selfplay_json_shape():
     assert row["efficiency"] == pytest.approx(
         row["selfplay_visits_per_s"] / row["net_only_evals_per_s"], rel=0.01
     )
+
+
+def test_warps_are_charged_their_slowest_thread():
+    from flows.bench_selfplay import warp_seconds
+
+    assert warp_seconds(np.ones(33)) == 64  # two warps, the second one thread and 31 idle
+    assert warp_seconds(np.arange(40.0)) == 32 * (31 + 39)
+    # Rows of like time in a warp waste less: the same 64 rows, sorted or interleaved.
+    light_heavy = np.tile([1.0, 9.0], 32)
+    assert warp_seconds(light_heavy) == 32 * 18
+    assert warp_seconds(np.sort(light_heavy)) == 32 * 10
 
 
 def test_bench_selfplay_rejects_bad_runs():

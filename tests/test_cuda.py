@@ -131,7 +131,7 @@ def test_encoding_matches_the_cpu(gpu):
     assert planes[:, F.OWN].sum() > 0 and planes[:, F.LIBERTIES_1 : F.LIBERTIES_3 + 1].sum() > 0
 
 
-def test_a_shared_memo_of_ladders_matches_the_cpu(gpu):
+def test_a_shared_memo_of_ladders_matches_the_cpu(gpu, monkeypatch):
     """Rows in groups of 2 sharing a memo (the `remember` kernel, a thread a group, then the
     encoder, a thread a row, the rows launched in encode_order), encoded move after move as
     their games go on: the CPU's planes (a fresh work space's) and expected work, and ladders
@@ -143,7 +143,16 @@ def test_a_shared_memo_of_ladders_matches_the_cpu(gpu):
     symmetry = np.arange(games) % 8
     pick = np.random.default_rng(1)
     encoded = []  # which rows each call encoded
-    orders = []
+    orders = []  # the rows the encoder's threads took, thread by thread
+    launched = []
+    launch = cuda_mod._launch
+
+    def spy(entry, games, *args):
+        if entry is cuda_mod._encode_entry:
+            launched.append(gpu.to_numpy(args[2]))
+        launch(entry, games, *args)
+
+    monkeypatch.setattr(cuda_mod, "_launch", spy)
     for _ in range(8):  # room for 8 more moves (_play_both's max_moves)
         planes = np.zeros((games, F.N_PLANES, tensor, tensor), np.float32)
         glob = np.zeros((games, F.N_GLOBALS), np.float32)
@@ -156,7 +165,11 @@ def test_a_shared_memo_of_ladders_matches_the_cpu(gpu):
         assert np.array_equal(planes[which], gpu.to_numpy(d_planes)[which])
         assert np.array_equal(work.past_reads, gpu.to_numpy(d_work.past_reads))
         assert np.array_equal(work.row_work[which], gpu.to_numpy(d_work.row_work)[which])
-        orders.append(F.encode_order(which, work.row_work))  # the device's launch order
+        # The encoder's threads took the marked rows, the most work expected first.
+        [rows] = launched
+        launched.clear()
+        assert rows.tolist() == F.encode_order(which, work.row_work).tolist()
+        orders.append(rows)
         fresh = np.zeros(planes.shape, np.float32)
         F.encode_some(host, F.new_work(host), which, fresh, glob, symmetry)
         assert np.array_equal(planes[which], fresh[which])

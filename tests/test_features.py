@@ -684,14 +684,48 @@ def test_a_games_leaves_share_one_memo_of_ladders():
         F.new_work(leaf, share=3)
 
 
+def test_a_rows_expected_work_is_what_encoding_its_parent_takes():
+    """row_work is the flood fills the encoder's read of the row's position 1 turn ago takes,
+    whether that position joined the memo as a row's current position or was read by remember:
+    both read as the encoder does (every catch of the opponent of the player to move tried;
+    stopping at the first would take 7 fills here, not 13)."""
+
+    def batch(moves):
+        b = new_boards(1, 5, PRESETS["chinese"], max_moves=10)
+        for x, y in moves:
+            assert play_all(b, np.array([point(b.stride, x, y)]))[0] == 0
+        return b
+
+    parent = batch([(1, 3), (0, 4)])  # B2, then White A1 with 2 liberties; Black to move
+    child = batch([(1, 3), (0, 4), (4, 0)])  # then Black E5
+    reader = F.new_work(parent)
+    F.ladders_all(parent, reader)  # catches against White, as the encoder reads it
+    assert reader.mark[0, 0] == 13
+
+    def encode(b, work):
+        planes = np.zeros((1, F.N_PLANES, 5, 5), np.float32)
+        F.encode_all(b, work, planes, np.zeros((1, F.N_GLOBALS), np.float32))
+
+    work = F.new_work(child)  # the parent is read by remember
+    encode(child, work)
+    assert work.past_reads[0] == 2 and work.row_work[0] == 13
+    work = F.new_work(parent)  # the parent is encoded, then its child finds it in the memo
+    encode(parent, work)
+    assert work.now_work[0] == 13
+    encode(child, work)
+    assert work.past_reads[0] == 2 and work.row_work[0] == 13
+
+
 def test_the_encoder_order_puts_the_most_work_first():
     """The GPU's encoder launches the marked rows, the most work expected first (ties in row
-    order; past int16's range, work counts as the most)."""
+    order; past uint16's range, work counts as the most)."""
     which = np.array([True, True, False, True, True, True, True])
     work = np.array([5, 90, 99, 5, 0, 40_000, 33_000], np.int32)
     order = F.encode_order(which, work)
     assert order.dtype == np.int32
     assert order.tolist() == [5, 6, 1, 0, 3, 4]
+    work[5], work[6] = 70_000, 80_000  # past uint16's range: a tie, in row order
+    assert F.encode_order(which, work).tolist() == [5, 6, 1, 0, 3, 4]
     assert F.encode_order(np.zeros(7, np.bool_), work).tolist() == []
 
 
