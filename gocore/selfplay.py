@@ -176,8 +176,11 @@ class FinishedGame:
 
 
 class Rows:
-    """Training rows of the games in progress, in growable column arrays; a game's rows leave
-    when it ends (with their outcome filled in)."""
+    """Training rows of the games in progress, in a pool of column arrays. A row keeps its
+    index until its game ends, and a game's rows are a chain (each row holds the index of its
+    game's row before it, -1 for its first), so that a game's rows leave in time proportional
+    to their number, not to the pool's; the indices they free are the next ones filled, and a
+    full pool doubles (its rows copied where they are)."""
 
     def __init__(self, layout: int, capacity: int = 1024):
         self.layout = layout
@@ -187,7 +190,6 @@ class Rows:
             "policy_target": layout * layout + 1,
         }
         self.dtypes = {
-            "slot_game": np.int64,
             "turn": np.int32,
             "to_move": np.int8,
             "board_size": np.int8,
@@ -201,8 +203,11 @@ class Rows:
             "root_value": np.float32,
             "root_score": np.float32,
         }
-        self.count = 0
         self.columns = self._alloc(capacity)
+        self.before = np.full(capacity, -1, np.int64)  # the game's row before (-1: none)
+        # The unused indices, a stack whose top is free[n_free - 1]: the lowest on top.
+        self.free = np.arange(capacity - 1, -1, -1, dtype=np.int64)
+        self.n_free = capacity
 
     def _alloc(self, capacity):
         return {
@@ -210,32 +215,51 @@ class Rows:
             for name, dt in self.dtypes.items()
         }
 
-    def append(self, refs: np.ndarray, **cols) -> np.ndarray:
-        """Add rows (equal-length columns); returns their indices. Making room may move the
-        rows kept: `refs` (row indices held by the caller, -1 for none) is updated in place."""
-        k = len(cols["turn"])
-        if self.count + k > len(self.columns["turn"]):
-            live = self.columns["slot_game"][: self.count] >= 0
-            kept = int(live.sum())
-            capacity = max(1024, 2 * (kept + k))
-            fresh = self._alloc(capacity)
-            for name, col in self.columns.items():
-                fresh[name][:kept] = col[: self.count][live]
-            moved = np.full(self.count + 1, -1, np.int64)  # old index -> new (-1: gone)
-            moved[: self.count][live] = np.arange(kept)
-            refs[:] = moved[refs]  # -1 stays -1 through the sentinel at the end
-            self.columns, self.count = fresh, kept
-        idx = np.arange(self.count, self.count + k)
+    @property
+    def count(self) -> int:
+        """Rows held."""
+        return len(self.before) - self.n_free
+
+    def append(self, before: np.ndarray, **cols) -> np.ndarray:
+        """Add rows (equal-length columns), each after row `before` of its game (-1: the
+        game's first); returns their indices, which stay theirs until their game is taken."""
+        k = len(before)
+        if k > self.n_free:
+            self._grow(k)
+        idx = self.free[self.n_free - k : self.n_free][::-1].copy()
+        self.n_free -= k
+        self.before[idx] = before
         for name, value in cols.items():
             self.columns[name][idx] = value
-        self.count += k
         return idx
 
-    def take(self, game: int) -> dict[str, np.ndarray]:
-        """Remove and return the rows of one game, in turn order."""
-        idx = np.flatnonzero(self.columns["slot_game"][: self.count] == game)
-        out = {name: col[idx].copy() for name, col in self.columns.items()}
-        self.columns["slot_game"][idx] = -1
+    def _grow(self, k: int) -> None:
+        old = len(self.before)
+        capacity = max(2 * old, old + k - self.n_free)
+        fresh = self._alloc(capacity)
+        for name, col in self.columns.items():
+            fresh[name][:old] = col
+        before = np.full(capacity, -1, np.int64)
+        before[:old] = self.before
+        free = np.empty(capacity, np.int64)
+        added = capacity - old
+        free[:added] = np.arange(capacity - 1, old - 1, -1)  # below the old free indices
+        free[added : added + self.n_free] = self.free[: self.n_free]
+        self.columns, self.before, self.free = fresh, before, free
+        self.n_free += added
+
+    def take(self, last: int) -> dict[str, np.ndarray]:
+        """Remove and return the rows of the game whose last row is `last` (-1: a game with
+        none), in the order they were added."""
+        chain = []
+        before = self.before
+        while last >= 0:
+            chain.append(last)
+            last = int(before[last])
+        idx = np.array(chain[::-1], np.int64)
+        out = {name: col[idx] for name, col in self.columns.items()}
+        self.free[self.n_free : self.n_free + len(idx)] = idx
+        self.n_free += len(idx)
         return out
 
 
@@ -863,9 +887,8 @@ class SelfPlay:
         full = (self.kind[s_idx] == FULL) & (kept[s_idx] > 0)
         weight = self.weight[s_idx]
         mover = np.where(self.roots.to_move[s_idx] == BLACK, 1.0, -1.0)
-        new = self.rows.append(
-            self.last_row,
-            slot_game=self.game[s_idx],
+        self.last_row[s_idx] = self.rows.append(
+            self.last_row[s_idx],
             turn=self.roots.move_count[s_idx],
             to_move=self.roots.to_move[s_idx],
             board_size=sizes,
@@ -879,7 +902,6 @@ class SelfPlay:
             root_value=win[s_idx],
             root_score=mover * black_lead[s_idx],
         )
-        self.last_row[s_idx] = new
 
     def _spawn_sides(self, idx, kind, moves, root_priors: Callable[[], np.ndarray]) -> None:
         """Queue side positions off the searched turns of games, drawn with
@@ -941,7 +963,7 @@ class SelfPlay:
         n = int(self.roots.size[g])
         info.black_lead = black_lead
         self._keep_moves(g, info)
-        rows = self.rows.take(info.index)
+        rows = self._take_rows(g)
         mover = np.where(rows["to_move"] == BLACK, 1, -1)
         rows["outcome"] = (mover * np.sign(black_lead)).astype(np.float32)
         rows["final_score"] = (mover * black_lead).astype(np.float32)
@@ -956,13 +978,19 @@ class SelfPlay:
 
     def _end_side(self, g: int, info: GameInfo) -> FinishedGame:
         self._keep_moves(g, info)
-        rows = self.rows.take(info.index)
+        rows = self._take_rows(g)
         k = len(rows["turn"])
         rows["outcome"] = rows["root_value"].astype(np.float32)
         rows["final_score"] = np.zeros(k, np.float32)
         rows["score_weight"] = np.zeros(k, np.float32)
         rows["ownership"] = np.zeros((k, self.layout * self.layout), np.int8)
         return FinishedGame(info=info, rows=rows, stride=self.roots.stride)
+
+    def _take_rows(self, g: int) -> dict[str, np.ndarray]:
+        """Slot g's game's rows, out of the pool."""
+        rows = self.rows.take(int(self.last_row[g]))
+        self.last_row[g] = -1
+        return rows
 
     def _keep_moves(self, g: int, info: GameInfo) -> None:
         played = int(self.roots.move_count[g])

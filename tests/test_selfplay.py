@@ -275,29 +275,38 @@ def test_decided_games_get_fewer_visits_and_lighter_rows(tmp_path):
         assert all(r["policy_weight"] in (0.0, 0.25) for r in game_rows[2:])
 
 
-def test_rows_keep_their_references_when_the_pool_grows():
+def test_row_pool_keeps_rows_in_place_chains_games_and_reuses_what_games_free():
     rows = SP.Rows(5, capacity=4)
 
-    def add(game, turns, refs):
+    def add(before, turns):
+        """One row each for len(before) games, after their rows `before`."""
         k = len(turns)
         return rows.append(
-            refs, slot_game=np.full(k, game), turn=np.array(turns), to_move=np.ones(k),
-            board_size=np.full(k, 5), planes=np.zeros((k, F.packed_length(5))),
-            globals=np.zeros((k, 10)), policy_target=np.zeros((k, 26)), policy_weight=np.ones(k),
-            value_weight=np.ones(k), opponent_move=np.full(k, -1), visits=np.ones(k),
-            root_value=np.zeros(k), root_score=np.zeros(k),
+            np.array(before), turn=np.array(turns), to_move=np.ones(k), board_size=np.full(k, 5),
+            planes=np.zeros((k, F.packed_length(5))), globals=np.zeros((k, 10)),
+            policy_target=np.zeros((k, 26)), policy_weight=np.ones(k), value_weight=np.ones(k),
+            opponent_move=np.full(k, -1), visits=np.ones(k), root_value=np.zeros(k),
+            root_score=np.zeros(k),
         )  # fmt: skip
 
-    refs = np.full(3, -1, np.int64)
-    refs[0] = add(0, [0, 1], refs)[-1]
-    refs[1] = add(1, [0], refs)[-1]
-    refs[2] = add(2, [0], refs)[-1]
-    assert rows.take(0)["turn"].tolist() == [0, 1]
-    refs[0] = -1
-    new = add(3, [5, 6, 7], refs)  # no room: the pool compacts and grows
-    assert rows.columns["slot_game"][refs[1]] == 1 and rows.columns["slot_game"][refs[2]] == 2
-    assert rows.columns["turn"][new].tolist() == [5, 6, 7] and refs[0] == -1
-    assert rows.take(1)["turn"].tolist() == [0] and rows.take(3)["turn"].tolist() == [5, 6, 7]
+    a0, b0, c0 = add([-1, -1, -1], [0, 0, 0])  # three games' first rows
+    a1 = add([a0], [1])[0]
+    assert rows.count == 4 and sorted([a0, b0, c0, a1]) == [0, 1, 2, 3]
+    taken = rows.take(a1)  # game a: its rows in the order added, out of the pool
+    assert taken["turn"].tolist() == [0, 1] and rows.count == 2
+    assert taken["policy_target"].shape == (2, 26)
+    b1, c1 = add([b0, c0], [1, 1])  # into the indices game a freed
+    assert sorted([b1, c1]) == sorted([a0, a1])
+    b2, c2 = add([b1, c1], [2, 2])  # no room: the pool grows, no row moves
+    assert len(rows.before) == 8 and rows.count == 6
+    assert rows.columns["turn"][[b0, b1, c0, c1]].tolist() == [0, 1, 0, 1]
+    d0 = add([-1], [7])[0]
+    assert rows.take(c2)["turn"].tolist() == [0, 1, 2]
+    assert rows.take(b2)["turn"].tolist() == [0, 1, 2]
+    assert rows.take(d0)["turn"].tolist() == [7] and rows.count == 0
+    none = rows.take(-1)  # a game that recorded no row
+    assert none["turn"].shape == (0,) and none["planes"].shape == (0, F.packed_length(5))
+    assert sorted(rows.free[: rows.n_free].tolist()) == list(range(8))  # every index free once
 
 
 @pytest.mark.slow
