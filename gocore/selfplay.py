@@ -175,14 +175,18 @@ class FinishedGame:
     stride: int  # of the padded layout its moves are points of (gocore.board.point_xy)
 
 
+NO_ROW = -1  # Rows.before of a game's first row; SelfPlay.last_row of a game with none
+FREED = -2  # Rows.before of a row whose game was taken
+
+
 class Rows:
     """Training rows of the games in progress, in a pool of column arrays. A row keeps its
     index until its game ends, and a game's rows are a chain (each row holds the index of its
-    game's row before it, -1 for its first), so that a game's rows leave in time proportional
-    to their number, not to the pool's; the indices they free are the next ones filled, and a
-    full pool doubles (its rows copied where they are)."""
+    game's row before it), so that a game's rows leave in time proportional to their number,
+    not to the pool's; the indices they free are the next ones filled, and a full pool at least
+    doubles (its arrays copied, every row where it was: a constant copying cost a row added)."""
 
-    def __init__(self, layout: int, capacity: int = 1024):
+    def __init__(self, layout: int, *, capacity: int = 1024):
         self.layout = layout
         self.width = {
             "planes": F.packed_length(layout),
@@ -204,10 +208,12 @@ class Rows:
             "root_score": np.float32,
         }
         self.columns = self._alloc(capacity)
-        self.before = np.full(capacity, -1, np.int64)  # the game's row before (-1: none)
-        # The unused indices, a stack whose top is free[n_free - 1]: the lowest on top.
+        self.before = np.full(capacity, FREED, np.int64)  # [capacity] the game's row before
+        # [capacity] the unused indices, a stack whose top is free[n_free - 1] (the next one
+        # filled), and [capacity] room for a chain being taken.
         self.free = np.arange(capacity - 1, -1, -1, dtype=np.int64)
         self.n_free = capacity
+        self.chain = np.empty(capacity, np.int64)
 
     def _alloc(self, capacity):
         return {
@@ -221,7 +227,7 @@ class Rows:
         return len(self.before) - self.n_free
 
     def append(self, before: np.ndarray, **cols) -> np.ndarray:
-        """Add rows (equal-length columns), each after row `before` of its game (-1: the
+        """Add rows (equal-length columns), each after row `before` of its game (NO_ROW: the
         game's first); returns their indices, which stay theirs until their game is taken."""
         k = len(before)
         if k > self.n_free:
@@ -239,7 +245,7 @@ class Rows:
         fresh = self._alloc(capacity)
         for name, col in self.columns.items():
             fresh[name][:old] = col
-        before = np.full(capacity, -1, np.int64)
+        before = np.full(capacity, FREED, np.int64)
         before[:old] = self.before
         free = np.empty(capacity, np.int64)
         added = capacity - old
@@ -247,20 +253,35 @@ class Rows:
         free[added : added + self.n_free] = self.free[: self.n_free]
         self.columns, self.before, self.free = fresh, before, free
         self.n_free += added
+        self.chain = np.empty(capacity, np.int64)
 
     def take(self, last: int) -> dict[str, np.ndarray]:
-        """Remove and return the rows of the game whose last row is `last` (-1: a game with
-        none), in the order they were added."""
-        chain = []
-        before = self.before
-        while last >= 0:
-            chain.append(last)
-            last = int(before[last])
-        idx = np.array(chain[::-1], np.int64)
+        """Remove and return the rows of the game whose last row is `last` (NO_ROW: a game
+        with none), in the order they were added."""
+        start = _chain(self.before, last, self.chain)
+        if start < 0:
+            raise RuntimeError(f"row pool: the chain from row {last} meets a row already taken")
+        idx = self.chain[start:].copy()
         out = {name: col[idx] for name, col in self.columns.items()}
+        self.before[idx] = FREED
         self.free[self.n_free : self.n_free + len(idx)] = idx
         self.n_free += len(idx)
         return out
+
+
+@driver
+def _chain(before, last, chain):
+    """Write the chain of rows that ends at `last` (following `before` back to NO_ROW) into
+    the end of `chain`, first row first; returns where it starts, -1 if a row is FREED."""
+    start = chain.shape[0]
+    row = last
+    while row != NO_ROW:
+        if row < 0 or before[row] == FREED or start == 0:  # taken, or a cycle
+            return -1
+        start -= 1
+        chain[start] = row
+        row = before[row]
+    return start
 
 
 # ---------------------------------------------------------------------------------------------
@@ -466,7 +487,7 @@ class SelfPlay:
         self.decided = np.zeros(slots, np.bool_)
         self.force_full = np.zeros(slots, np.bool_)
         self.is_side = np.zeros(slots, np.bool_)  # the slot plays a side position
-        self.last_row = np.full(slots, -1, np.int64)
+        self.last_row = np.full(slots, NO_ROW, np.int64)
         self.last_row_turn = np.full(slots, -1, np.int64)
         self.raw_priors = np.zeros((slots, cells), np.float32)
         m = self.max_moves + 1
@@ -561,7 +582,7 @@ class SelfPlay:
         self.active[g] = True
         self.losing_turns[g] = 0
         self.decided[g] = False
-        self.last_row[g] = -1
+        self.last_row[g] = NO_ROW
         self.last_row_turn[g] = -1
         self.move_kind[g] = 0
         self.move_winrate[g] = np.nan
@@ -989,7 +1010,7 @@ class SelfPlay:
     def _take_rows(self, g: int) -> dict[str, np.ndarray]:
         """Slot g's game's rows, out of the pool."""
         rows = self.rows.take(int(self.last_row[g]))
-        self.last_row[g] = -1
+        self.last_row[g] = NO_ROW
         return rows
 
     def _keep_moves(self, g: int, info: GameInfo) -> None:

@@ -289,29 +289,55 @@ def test_row_pool_keeps_rows_in_place_chains_games_and_reuses_what_games_free():
             root_score=np.zeros(k),
         )  # fmt: skip
 
-    a0, b0, c0 = add([-1, -1, -1], [0, 0, 0])  # three games' first rows
+    a0, b0, c0 = add([SP.NO_ROW] * 3, [0, 10, 20])  # three games' first rows
     a1 = add([a0], [1])[0]
     assert rows.count == 4 and sorted([a0, b0, c0, a1]) == [0, 1, 2, 3]
     taken = rows.take(a1)  # game a: its rows in the order added, out of the pool
     assert taken["turn"].tolist() == [0, 1] and rows.count == 2
     assert taken["policy_target"].shape == (2, 26)
-    b1, c1 = add([b0, c0], [1, 1])  # into the indices game a freed
+    with pytest.raises(RuntimeError, match="already taken"):
+        rows.take(a1)
+    b1, c1 = add([b0, c0], [11, 21])  # into the indices game a freed
     assert sorted([b1, c1]) == sorted([a0, a1])
-    b2, c2 = add([b1, c1], [2, 2])  # no room: the pool grows, no row moves
+    b2, c2 = add([b1, c1], [12, 22])  # no room: the pool doubles, no row moves
     assert len(rows.before) == 8 and rows.count == 6
-    assert rows.columns["turn"][[b0, b1, c0, c1]].tolist() == [0, 1, 0, 1]
-    d0 = add([-1], [7])[0]
-    assert rows.take(c2)["turn"].tolist() == [0, 1, 2]
-    assert rows.take(b2)["turn"].tolist() == [0, 1, 2]
-    assert rows.take(d0)["turn"].tolist() == [7] and rows.count == 0
-    none = rows.take(-1)  # a game that recorded no row
+    assert rows.columns["turn"][[b0, b1, c0, c1]].tolist() == [10, 11, 20, 21]
+    firsts = add([SP.NO_ROW] * 11, list(range(30, 41)))  # more than doubling makes room for
+    assert len(rows.before) == 17 and rows.count == 17  # grows by what it needs
+    assert rows.take(c2)["turn"].tolist() == [20, 21, 22]
+    assert rows.take(b2)["turn"].tolist() == [10, 11, 12]
+    for first, turn in zip(firsts, range(30, 41), strict=True):
+        assert rows.take(first)["turn"].tolist() == [turn]
+    assert rows.count == 0
+    none = rows.take(SP.NO_ROW)  # a game that recorded no row
     assert none["turn"].shape == (0,) and none["planes"].shape == (0, F.packed_length(5))
-    assert sorted(rows.free[: rows.n_free].tolist()) == list(range(8))  # every index free once
+    assert sorted(rows.free[: rows.n_free].tolist()) == list(range(17))  # each index free once
+
+
+def test_the_row_pools_size_changes_no_row():
+    """Self-play's rows, through a pool that starts with room for 2 rows (it grows mid-game
+    and gives one game's indices to another), are those of the pool's usual start."""
+    params = SelfPlayParams.model_validate(
+        small_params(games=6, slots=3, record_cheap_searches=True,
+                     side_position_probability=0.1)["selfplay"]
+    )  # fmt: skip
+    runs = []
+    for capacity in (1024, 2):
+        sp = SP.SelfPlay(params.config(), SP.UniformNet(0), games=6, slots=3, seed=4)
+        sp.rows = SP.Rows(sp.layout, capacity=capacity)
+        runs.append([g.rows for g in sp.run()])
+    assert len(sp.rows.before) > 2 and sp.rows.count == 0
+    big, small = runs
+    assert len(big) == len(small) >= 6 and sum(len(r["turn"]) for r in big) > 40
+    for a, b in zip(big, small, strict=True):
+        assert a.keys() == b.keys()
+        for name in a:
+            np.testing.assert_array_equal(a[name], b[name], err_msg=name)
 
 
 @pytest.mark.slow
 def test_many_slots_keep_every_row_right(tmp_path):
-    """Enough games at once that the row pool grows mid-game (its first 1024 rows)."""
+    """24 games at once, more rows in all than the row pool's first 1024."""
     _, io = play(tmp_path, games=24, slots=24, full_visits=3, cheap_visits=2,
                  record_cheap_searches=True, side_position_probability=0.05)  # fmt: skip
     rows = check_generation(io.out)
