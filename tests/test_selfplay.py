@@ -302,8 +302,8 @@ def test_row_pool_keeps_rows_in_place_chains_games_and_reuses_what_games_free():
     b2, c2 = add([b1, c1], [12, 22])  # no room: the pool doubles, no row moves
     assert len(rows.before) == 8 and rows.count == 6
     assert rows.columns["turn"][[b0, b1, c0, c1]].tolist() == [10, 11, 20, 21]
-    firsts = add([SP.NO_ROW] * 11, list(range(30, 41)))  # more than doubling makes room for
-    assert len(rows.before) == 17 and rows.count == 17  # grows by what it needs
+    firsts = add([SP.NO_ROW] * 11, list(range(30, 41)))  # past doubling: grows by what it needs
+    assert len(rows.before) == 17 and rows.count == 17
     assert rows.take(c2)["turn"].tolist() == [20, 21, 22]
     assert rows.take(b2)["turn"].tolist() == [10, 11, 12]
     for first, turn in zip(firsts, range(30, 41), strict=True):
