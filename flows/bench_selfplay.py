@@ -239,9 +239,9 @@ def _lockstep(sp: SP.SelfPlay, steps: int) -> dict:
     charged = dict.fromkeys(("row_order", "packed", "encode_order", "best_order", "mean"), 0.0)
     rows = 0
 
-    def timed(b, work, which, planes, glob, symmetry=None):
+    def timed(b, work, which, planes, glob, symmetry=None, *, phase=F.untimed):
         nonlocal rows
-        encode_some(b, work, which, planes, glob, symmetry)
+        encode_some(b, work, which, planes, glob, symmetry, phase=phase)
         symmetry = F.check_symmetries(symmetry, b.games)
         seconds = np.zeros(b.games)
         timed_rows(b, work, which, symmetry, planes, glob, seconds)

@@ -579,24 +579,26 @@ def encode_all(b: Boards, work: FeatureWork, planes, glob, symmetry=None) -> Non
     encode_some(b, work, True, planes, glob, symmetry)
 
 
-def encode_some(b: Boards, work: FeatureWork, which, planes, glob, symmetry=None) -> None:
+def encode_some(b: Boards, work: FeatureWork, which, planes, glob, symmetry=None, *,
+                phase=features.untimed) -> None:  # fmt: skip
     """As features.encode_some, into device buffers: `remember` (a thread a group), then the
     encoder, a thread a marked row in features.encode_order's order (the most work expected
     first, from the work their positions 1 turn ago took, which `remember` leaves in
     work.row_work): a warp's 32 rows run in lockstep, so rows of like work share warps. The
     order costs a round trip: [G] int32 to the host (after `remember`), sorted there, [K] int32
-    back."""
+    back (in the "encode" phase, with the encoder's launch)."""
     sizes = _host(b.size)
     features.check_work(b.color.shape, b.stride, work)
     features.check_buffers(b.games, int(sizes.max()), planes.shape, glob.shape)
     symmetry = features.check_symmetries(None if symmetry is None else _host(symmetry), b.games)
     which = np.ascontiguousarray(np.broadcast_to(_host(which), (b.games,)), np.bool_)
-    _launch(_remember_entry, work.memo_tag.shape[0], b, work, _on_device(which, np.bool_))
-    rows = features.encode_order(which, _host(work.row_work))
-    if len(rows) == 0:
-        return
-    _launch(_encode_entry, len(rows), b, work, cuda.to_device(rows), cuda.to_device(symmetry),
-            _as_device(planes), _as_device(glob))  # fmt: skip
+    with phase("remember"):
+        _launch(_remember_entry, work.memo_tag.shape[0], b, work, _on_device(which, np.bool_))
+    with phase("encode"):
+        rows = features.encode_order(which, _host(work.row_work))
+        if len(rows):
+            _launch(_encode_entry, len(rows), b, work, cuda.to_device(rows),
+                    cuda.to_device(symmetry), _as_device(planes), _as_device(glob))  # fmt: skip
 
 
 def legal_tensor_all(b: Boards, tensor: int, symmetry=None):

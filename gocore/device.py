@@ -30,7 +30,9 @@ class Backend:
     legal_tensor_all: Callable  # (b, T, symmetry=None) -> [G, T*T + 1] bool policy mask
     zeros: Callable  # (shape, dtype) -> array on this device
     to_numpy: Callable  # (array) -> np.ndarray (the array itself where it is numpy already)
-    encode_some: Callable  # (b, work, which[G], planes, glob, symmetry=None) -> None
+    # (b, work, which[G], planes, glob, symmetry=None, *, phase) -> None; `phase(name)` a
+    # context entered around each part ("remember", "encode")
+    encode_some: Callable
     take_rows: Callable  # (array, rows) -> array[rows], on this device
     put_rows: Callable  # (values, rows, out) -> None: out[rows] = values, out on this device
     upload: Callable  # (host array, array) -> None: the host values into the array

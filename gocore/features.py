@@ -39,6 +39,8 @@ compiles for the CPU and as CUDA device code (gocore.cuda).
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
@@ -1057,6 +1059,11 @@ def encode_order(which: np.ndarray, row_work: np.ndarray) -> np.ndarray:
     return rows[np.argsort(top - work, kind="stable")].astype(np.int32)
 
 
+def untimed(name: str) -> contextlib.AbstractContextManager:
+    """encode_some's default `phase`: no timing."""
+    return contextlib.nullcontext()
+
+
 def tensor_shapes(games: int, tensor_size: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
     return (games, N_PLANES, tensor_size, tensor_size), (games, N_GLOBALS)
 
@@ -1088,16 +1095,21 @@ def encode_some(
     planes: np.ndarray,
     glob: np.ndarray,
     symmetry: np.ndarray | None = None,
+    *,
+    phase: Callable[[str], contextlib.AbstractContextManager] = untimed,
 ) -> None:
     """As encode_all, for the games marked in `which` ([G] bool) only; the other rows of the
-    buffers are left as they were."""
+    buffers are left as they were. `phase(name)` is entered around each part, "remember" (the
+    groups' memos of ladders) and "encode" (the rows): the self-play driver times them."""
     games = b.games
     check_work(b.color.shape, b.stride, work)
     check_buffers(games, int(b.size.max()), planes.shape, glob.shape)
     symmetry = check_symmetries(symmetry, games)
     which = np.ascontiguousarray(np.broadcast_to(which, (games,)), np.bool_)
-    over_games(_remember_range, work.memo_tag.shape[0], b, work, which)
-    over_games(_encode_some_range, games, b, work, which, symmetry, planes, glob)
+    with phase("remember"):
+        over_games(_remember_range, work.memo_tag.shape[0], b, work, which)
+    with phase("encode"):
+        over_games(_encode_some_range, games, b, work, which, symmetry, planes, glob)
 
 
 def policy_all(b: Boards, policy: np.ndarray, symmetry: np.ndarray | None = None) -> np.ndarray:

@@ -699,8 +699,8 @@ class SelfPlay:
         score_mean = np.zeros(b, np.float64)
         score_stdev = np.zeros(b, np.float64)
         if len(rows):
-            with self._phase("encode"):
-                xp.encode_some(leaves, self.leaf_work, need, self.planes, self.glob, symmetry)
+            xp.encode_some(leaves, self.leaf_work, need, self.planes, self.glob, symmetry,
+                           phase=self._phase)  # fmt: skip
             with self._phase("legal"):
                 legal = xp.legal_tensor_all(leaves, self.tensor, symmetry)
             outputs = {"policy": self.policy_t, "value": value, "score_mean": score_mean,

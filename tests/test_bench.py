@@ -78,7 +78,7 @@ def test_bench_selfplay_json_shape():
     assert row["encoder_registers"] is None  # the CUDA encoder's cap: none on the CPU
     assert compiled["selfplay_visits_per_s"] > 0 and compiled["net_only_evals_per_s"] > 0
     # The step's phases, each timed: the search's, the encoder's, the net's and the host's.
-    phases = {"moves", "select", "encode", "legal", "net", "leaf values", "backup"}
+    phases = {"moves", "select", "remember", "encode", "legal", "net", "leaf values", "backup"}
     assert set(row["ms_per_step"]) == phases | {"step"}
     assert all(ms > 0 for ms in row["ms_per_step"].values())
     assert sum(row["ms_per_step"][k] for k in phases) <= row["ms_per_step"]["step"]

@@ -347,6 +347,27 @@ def test_selfplays_device_roots_follow_the_hosts_step_by_step(gpu, monkeypatch):
     assert len(row_by_row) > 10 * (len(gb.Boards._fields) - 1)
 
 
+def test_selfplay_on_the_device_times_remember_and_the_encoder_apart(gpu):
+    """Timed by phase (bench selfplay's columns), a step on the device gives the `remember`
+    kernel and the encoder each a phase of its own, the rest of the step's phases beside them."""
+    import dataclasses
+
+    from gocore.selfplay import SelfPlay, UniformNet
+    from tests.conftest import default_section
+
+    config = dataclasses.replace(
+        default_section("selfplay").config(), board_sizes=((5, 1.0),), full_visits=4,
+        cheap_visits=2, decided_visits=2,
+    )  # fmt: skip
+    sp = SelfPlay(config, UniformNet(0), games=2, slots=2, seed=5, device="cuda")
+    sp.phase_seconds = {}
+    for _ in range(3):
+        sp.step()
+    phases = {"select", "remember", "encode", "legal", "net", "leaf values", "backup"}
+    assert phases <= set(sp.phase_seconds)
+    assert all(sp.phase_seconds[k] > 0 for k in phases)
+
+
 def test_select_keeps_its_work_arrays_on_the_device_while_the_leaves_live(gpu):
     """The select kernel's [B, A] arrays (no dead stones, the owners of a terminal leaf's
     scoring) are made on the device once for a set of leaf boards, not sent every step, and
