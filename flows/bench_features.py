@@ -1,7 +1,9 @@
 """`tengen bench features`: input positions encoded per second (planes, globals, ladders and
 Benson included) beside one forward pass of KataGo's b6c96 net (nets.model) on the same batch,
 measured in the same run on the same cores. The encoder should cost well under 10% of the
-forward pass.
+forward pass. Beside them, the encoder's two costliest parts alone, positions per second: the
+ladder read of the current position and Benson's pass-alive area (on a GPU each is a kernel of
+its own, a thread a position, as the encoder is).
 
 Positions come from uniform random play stopped at 20%..65% of n^2 moves: many small groups
 in atari or with two liberties, so more ladder reading than in real games.
@@ -9,6 +11,7 @@ in atari or with two liberties, so more ladder reading than in real games.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 
@@ -52,6 +55,17 @@ def _timed(fn, seconds: float) -> float:
             return calls / elapsed
 
 
+def _each(part, batches, works, finish=lambda: None):
+    """A function that calls part(b, w) on every batch with its work space, then finish()."""
+
+    def run():
+        for b, w in zip(batches, works, strict=True):
+            part(b, w)
+        finish()
+
+    return run
+
+
 def bench_features(
     sizes=(9, 19), batch: int = 256, seconds: float = 2.0, net: str = "b6c96"
 ) -> list[dict]:
@@ -89,21 +103,28 @@ def _bench_cpu(size, batches, net, seconds, cores) -> list[dict]:
     rows = []
     for threads in sorted({1, cores}):
         encode_rate = _timed(lambda t=threads: encode(t), seconds) * positions
+        part_rates = {
+            name: _timed(_each(functools.partial(part, threads=threads), batches, works),
+                         seconds) * positions
+            for name, part in (("ladders", F.ladders_all), ("benson", F.pass_alive_all))
+        }  # fmt: skip
         torch.set_num_threads(threads)
         with torch.inference_mode():
             forward_rate = _timed(lambda: net(all_planes, all_globs), seconds) * positions
-        rows.append(_row(size, "cpu", threads, positions, encode_rate, forward_rate))
+        rows.append(_row(size, "cpu", threads, positions, encode_rate, forward_rate, part_rates))
     torch.set_num_threads(cores)
     return rows
 
 
-def _row(size, device, threads, batch, encode_rate, forward_rate) -> dict:
+def _row(size, device, threads, batch, encode_rate, forward_rate, part_rates) -> dict:
     return {
         "board": f"{size}x{size}",
         "device": device,
         "threads": threads,
         "batch": batch,
         "positions_per_s": round(encode_rate, 1),
+        "ladders_positions_per_s": round(part_rates["ladders"], 1),
+        "benson_positions_per_s": round(part_rates["benson"], 1),
         "forward_positions_per_s": round(forward_rate, 1),
         "encode_fraction": float(f"{forward_rate / encode_rate:.4g}"),  # 4 significant digits
         "net": "b6c96",
@@ -139,22 +160,29 @@ def _bench_gpu(size, batches, net, seconds) -> dict | None:
         torch.cuda.synchronize()
 
     encode_rate = _timed(encode, seconds) * positions
+    part_rates = {
+        name: _timed(_each(part, device_batches, works, gpu.cuda.synchronize), seconds) * positions
+        for name, part in (("ladders", gpu.ladders_all), ("benson", gpu.pass_alive_all))
+    }
     with torch.inference_mode():
         forward_rate = _timed(forward, seconds) * positions
     net.to("cpu")
-    return _row(size, "cuda", 0, positions, encode_rate, forward_rate)
+    return _row(size, "cuda", 0, positions, encode_rate, forward_rate, part_rates)
 
 
 def format_table(rows: list[dict]) -> str:
     lines = [
-        "input encoding (18 planes + 10 globals, ladders, Benson) beside one b6c96 forward pass",
+        "input encoding (18 planes + 10 globals, ladders, Benson) beside one b6c96 forward pass;"
+        " its ladder read and Benson's area alone",
         f"{'board':>6} {'device':>6} {'threads':>7} {'batch':>5} {'encode pos/s':>13} "
-        f"{'forward pos/s':>14} {'encode/forward':>15}",
+        f"{'forward pos/s':>14} {'encode/forward':>15} {'ladders pos/s':>14} "
+        f"{'Benson pos/s':>13}",
     ]
     for r in rows:
         lines.append(
             f"{r['board']:>6} {r['device']:>6} {r['threads'] or '-':>7} {r['batch']:>5} "
             f"{r['positions_per_s']:>13,.0f} {r['forward_positions_per_s']:>14,.0f} "
-            f"{r['encode_fraction']:>14.1%}"
+            f"{r['encode_fraction']:>14.1%} {r['ladders_positions_per_s']:>14,.0f} "
+            f"{r['benson_positions_per_s']:>13,.0f}"
         )
     return "\n".join(lines)

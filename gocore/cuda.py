@@ -250,6 +250,8 @@ play = board.play
 legal_row = board.legal_row
 encode = features.encode
 remember_ladders = features.remember_ladders
+ladders_now = features.ladders_now
+pass_alive_area = features.pass_alive_area
 policy_to_points = features.policy_to_points
 legal_to_tensor = features.legal_to_tensor
 play_out = playout.play_out
@@ -301,6 +303,20 @@ def _encode_entry(b, w, rows, symmetry, planes, glob):
     if i < rows.shape[0]:
         g = np.int64(rows[i])
         encode(b, g, w, symmetry[g], planes[g], glob[g])
+
+
+@_entry
+def _ladders_entry(b, w, catches):
+    g = cuda.grid(1)
+    if g < b.size.shape[0]:
+        ladders_now(b, g, w, catches[g])
+
+
+@_entry
+def _pass_alive_entry(b, w):
+    g = cuda.grid(1)
+    if g < b.size.shape[0]:
+        pass_alive_area(b, g, w)
 
 
 @_entry
@@ -437,6 +453,8 @@ ENTRIES = {
     "legal": _legal_entry,
     "remember": _remember_entry,
     "encode": _encode_entry,
+    "ladders": _ladders_entry,
+    "pass_alive": _pass_alive_entry,
     "policy": _policy_entry,
     "play_out": _play_out_entry,
     "legal_tensor": _legal_tensor_entry,
@@ -599,6 +617,24 @@ def encode_some(b: Boards, work: FeatureWork, which, planes, glob, symmetry=None
         if len(rows):
             _launch(_encode_entry, len(rows), b, work, cuda.to_device(rows),
                     cuda.to_device(symmetry), _as_device(planes), _as_device(glob))  # fmt: skip
+
+
+def ladders_all(b: Boards, work: FeatureWork):
+    """As features.ladders_all, on the device: (work.laddered, [G, A] int8 catches), device
+    arrays. The encoder's current position's read alone, a thread a game (`bench features`
+    times it apart from the encoder)."""
+    features.check_work(b.color.shape, b.stride, work)
+    catches = cuda.to_device(np.zeros(b.color.shape, np.int8))
+    _launch(_ladders_entry, b.games, b, work, catches)
+    return work.laddered, catches
+
+
+def pass_alive_all(b: Boards, work: FeatureWork):
+    """As features.pass_alive_all, on the device: work.area, a device array. The encoder's
+    Benson part alone, a thread a game (`bench features` times it apart from the encoder)."""
+    features.check_work(b.color.shape, b.stride, work)
+    _launch(_pass_alive_entry, b.games, b, work)
+    return work.area
 
 
 def legal_tensor_all(b: Boards, tensor: int, symmetry=None):
@@ -905,6 +941,8 @@ def entry_code(cc: tuple[int, int] = (9, 0), names=None, output: str = "ptx"):
         "legal": (b, np.zeros(b.color.shape, np.bool_)),
         "remember": (b, w, which),
         "encode": (b, w, np.zeros(2, np.int32), i64, planes, glob),
+        "ladders": (b, w, np.zeros(b.color.shape, np.int8)),
+        "pass_alive": (b, w),
         "policy": (b, i64, policy, 9, np.zeros(b.color.shape, np.float32)),
         "play_out": (b, playout.new_rng(2, 0), True),
         "legal_tensor": (b, i64, 9, np.zeros((2, 82), np.bool_)),

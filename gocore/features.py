@@ -730,6 +730,23 @@ def mark_pass_alive(b, g, w, c, bit):
     return alive
 
 
+@routine
+def pass_alive_area(b, g, w):
+    """w.area[g]: the pass-alive area of b's game g, AREA_BLACK and AREA_WHITE bits (0
+    elsewhere), as the encoder reads it."""
+    for p in range(b.color.shape[1]):
+        w.area[g, p] = 0
+    mark_pass_alive(b, g, w, BLACK, AREA_BLACK)
+    mark_pass_alive(b, g, w, WHITE, AREA_WHITE)
+
+
+@routine
+def ladders_now(b, g, w, catches):
+    """w.laddered[g]: the laddered stones of b's game g as the encoder reads its current
+    position, and catches[p] = 1 at the moves that catch an opponent of its player to move."""
+    return mark_ladders(b, g, w, 3 - b.to_move[g], catches)
+
+
 # ---------------------------------------------------------------------------------------------
 # The encoder
 # ---------------------------------------------------------------------------------------------
@@ -934,10 +951,7 @@ def encode(b, g, w, sym, planes, glob):
     _memo_planes(w, q, w.past_entry[g, 0], planes, LADDERED + 2, stride, n, sym, n_points)
     _memo_planes(w, q, w.past_entry[g, 1], planes, LADDERED + 1, stride, n, sym, n_points)
 
-    for p in range(n_points):
-        w.area[g, p] = 0
-    mark_pass_alive(b, g, w, BLACK, AREA_BLACK)
-    mark_pass_alive(b, g, w, WHITE, AREA_WHITE)
+    pass_alive_area(b, g, w)
     own_bit = AREA_BLACK if pla == BLACK else AREA_WHITE
     for p in range(n_points):
         a = w.area[g, p]
@@ -1031,16 +1045,13 @@ def _legal_tensor_range(b, symmetry, tensor, out, start, stop):
 @driver
 def _ladders_range(b, w, catches, start, stop):
     for g in range(start, stop):
-        mark_ladders(b, g, w, 3 - b.to_move[g], catches[g])
+        ladders_now(b, g, w, catches[g])
 
 
 @driver
 def _pass_alive_range(b, w, start, stop):
     for g in range(start, stop):
-        for p in range(b.color.shape[1]):
-            w.area[g, p] = 0
-        mark_pass_alive(b, g, w, BLACK, AREA_BLACK)
-        mark_pass_alive(b, g, w, WHITE, AREA_WHITE)
+        pass_alive_area(b, g, w)
 
 
 def encode_order(which: np.ndarray, row_work: np.ndarray) -> np.ndarray:
@@ -1139,21 +1150,25 @@ def legal_tensor_all(b: Boards, tensor: int, symmetry: np.ndarray | None = None)
     return out
 
 
-def ladders_all(b: Boards, work: FeatureWork | None = None) -> tuple[np.ndarray, np.ndarray]:
+def ladders_all(
+    b: Boards, work: FeatureWork | None = None, *, threads: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """([G, A] int8 laddered stones, [G, A] int8 moves catching an opponent of the player to
-    move in a ladder) for every game of `b`."""
+    move in a ladder) for every game of `b`: the encoder's read of a current position."""
     work = new_work(b) if work is None else work
     check_work(b.color.shape, b.stride, work)
     catches = np.zeros(b.color.shape, np.int8)
-    over_games(_ladders_range, b.games, b, work, catches)
+    over_games(_ladders_range, b.games, b, work, catches, threads=threads)
     return work.laddered.copy(), catches
 
 
-def pass_alive_all(b: Boards, work: FeatureWork | None = None) -> np.ndarray:
+def pass_alive_all(
+    b: Boards, work: FeatureWork | None = None, *, threads: int | None = None
+) -> np.ndarray:
     """[G, A] int8 pass-alive area: AREA_BLACK, AREA_WHITE bits (0 elsewhere)."""
     work = new_work(b) if work is None else work
     check_work(b.color.shape, b.stride, work)
-    over_games(_pass_alive_range, b.games, b, work)
+    over_games(_pass_alive_range, b.games, b, work, threads=threads)
     return work.area.copy()
 
 

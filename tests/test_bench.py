@@ -48,10 +48,13 @@ def test_bench_features_json_shape():
             "board",
             "device",
             "positions_per_s",
+            "ladders_positions_per_s",
+            "benson_positions_per_s",
             "forward_positions_per_s",
             "encode_fraction",
         } <= set(r)
         assert r["device"] in ("cpu", "cuda") and r["positions_per_s"] > 0
+        assert r["ladders_positions_per_s"] > 0 and r["benson_positions_per_s"] > 0
         assert r["encode_fraction"] == pytest.approx(
             r["forward_positions_per_s"] / r["positions_per_s"], rel=0.01
         )

@@ -131,6 +131,30 @@ def test_encoding_matches_the_cpu(gpu):
     assert planes[:, F.OWN].sum() > 0 and planes[:, F.LIBERTIES_1 : F.LIBERTIES_3 + 1].sum() > 0
 
 
+def test_the_encoders_ladders_and_benson_alone_match_the_cpu(gpu):
+    """The current position's ladder read and Benson's area, each a kernel of its own on the
+    device (`bench features` times them apart from the encoder), give the CPU's: the laddered
+    stones and catching moves of random mid-game positions, the pass-alive area of random games
+    played out (each side's eyes kept, so most of the board is someone's)."""
+    from gocore import playout
+
+    games = 8
+    host, device = _play_both(gpu, games, [9, 7, 9, 8, 9, 9, 7, 9], steps=45, seed=4)
+    laddered, catches = F.ladders_all(host)
+    d_laddered, d_catches = cuda_mod.ladders_all(device, gpu.new_work(device))
+    assert np.array_equal(laddered, gpu.to_numpy(d_laddered))
+    assert np.array_equal(catches, gpu.to_numpy(d_catches))
+    assert laddered.sum() > 0 and catches.sum() > 0
+    ended = gb.new_boards(games, [7, 9] * (games // 2), _mixed_rules(games))
+    playout.play_out_all(ended, new_rng(games, 3), True)
+    area = F.pass_alive_all(ended)
+    d_ended = cuda_mod.to_device(ended)
+    assert np.array_equal(
+        area, gpu.to_numpy(cuda_mod.pass_alive_all(d_ended, gpu.new_work(d_ended)))
+    )
+    assert (area & F.AREA_BLACK).any() and (area & F.AREA_WHITE).any()
+
+
 def test_a_shared_memo_of_ladders_matches_the_cpu(gpu, monkeypatch):
     """Rows in groups of 2 sharing a memo (the `remember` kernel, a thread a group, then the
     encoder, a thread a row, the rows launched in encode_order), encoded move after move as
