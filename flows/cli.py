@@ -880,7 +880,7 @@ def bench_selfplay(
         str,
         typer.Option(
             help="With --device cuda: at most this many registers a thread for the encoder's "
-            "kernels (none: the compiler's choice, 248 for the encoder); several, comma "
+            "kernels (none: the compiler's choice, 245 for the encoder); several, comma "
             "separated, a row each. Default: TENGEN_CUDA_ENCODER_REGISTERS, else none."
         ),
     ] = "",

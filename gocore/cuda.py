@@ -43,7 +43,7 @@ except ImportError as e:  # pragma: no cover - numba always ships numba.cuda or 
 THREADS_PER_BLOCK = 64
 _log = logging.getLogger(__name__)
 # At most this many registers a thread for the encoder's kernel (`encode`), None for
-# the compiler's choice. The encoder takes 248 of the 255 a thread may have (`python -m
+# the compiler's choice. The encoder takes 245 of the 255 a thread may have (`python -m
 # gocore.cuda --resources`): at 64 threads a block that leaves 8 warps of an SM's 64 resident,
 # few to hide the latency of its serial, divergent reads of global memory. A cap runs more warps
 # at once and spills the rest to local memory; which wins is for a GPU to say (`bench selfplay
@@ -604,12 +604,15 @@ def encode_some(b: Boards, work: FeatureWork, which, planes, glob, symmetry=None
     first, from the work their positions 1 turn ago took, which `remember` leaves in
     work.row_work): a warp's 32 rows run in lockstep, so rows of like work share warps. The
     order costs a round trip: [G] int32 to the host (after `remember`), sorted there, [K] int32
-    back (in the "encode" phase, with the encoder's launch)."""
-    sizes = _host(b.size)
-    features.check_work(b.color.shape, b.stride, work)
-    features.check_buffers(b.games, int(sizes.max()), planes.shape, glob.shape)
-    symmetry = features.check_symmetries(None if symmetry is None else _host(symmetry), b.games)
-    which = np.ascontiguousarray(np.broadcast_to(_host(which), (b.games,)), np.bool_)
+    back. The "encode" phase holds all but the `remember` kernel: the checks (the boards' sizes
+    read from the device), the order and the encoder."""
+    with phase("encode"):
+        sizes = _host(b.size)
+        features.check_work(b.color.shape, b.stride, work)
+        features.check_buffers(b.games, int(sizes.max()), planes.shape, glob.shape)
+        symmetry = features.check_symmetries(None if symmetry is None else _host(symmetry),
+                                             b.games)  # fmt: skip
+        which = np.ascontiguousarray(np.broadcast_to(_host(which), (b.games,)), np.bool_)
     with phase("remember"):
         _launch(_remember_entry, work.memo_tag.shape[0], b, work, _on_device(which, np.bool_))
     with phase("encode"):
@@ -621,17 +624,19 @@ def encode_some(b: Boards, work: FeatureWork, which, planes, glob, symmetry=None
 
 def ladders_all(b: Boards, work: FeatureWork):
     """As features.ladders_all, on the device: (work.laddered, [G, A] int8 catches), device
-    arrays. The encoder's current position's read alone, a thread a game (`bench features`
-    times it apart from the encoder)."""
+    arrays, the first the work space's own (valid until its next use). The encoder's read of
+    the current position alone, a thread a game (`bench features` times it apart from the
+    encoder)."""
     features.check_work(b.color.shape, b.stride, work)
-    catches = cuda.to_device(np.zeros(b.color.shape, np.int8))
+    catches = cuda.device_array(b.color.shape, np.int8)  # ladders_now clears each row
     _launch(_ladders_entry, b.games, b, work, catches)
     return work.laddered, catches
 
 
 def pass_alive_all(b: Boards, work: FeatureWork):
-    """As features.pass_alive_all, on the device: work.area, a device array. The encoder's
-    Benson part alone, a thread a game (`bench features` times it apart from the encoder)."""
+    """As features.pass_alive_all, on the device: work.area, the work space's own device array
+    (valid until its next use). The encoder's Benson part alone, a thread a game (`bench
+    features` times it apart from the encoder)."""
     features.check_work(b.color.shape, b.stride, work)
     _launch(_pass_alive_entry, b.games, b, work)
     return work.area

@@ -742,8 +742,11 @@ def pass_alive_area(b, g, w):
 
 @routine
 def ladders_now(b, g, w, catches):
-    """w.laddered[g]: the laddered stones of b's game g as the encoder reads its current
-    position, and catches[p] = 1 at the moves that catch an opponent of its player to move."""
+    """The encoder's read of b's game g's current position: its laddered stones in
+    w.laddered[g], and catches[p] = 1 at the moves that catch an opponent of its player to move
+    (0 elsewhere). Returns how many chains are laddered."""
+    for p in range(catches.shape[0]):
+        catches[p] = 0
     return mark_ladders(b, g, w, 3 - b.to_move[g], catches)
 
 
@@ -753,10 +756,11 @@ def ladders_now(b, g, w, catches):
 
 
 @routine
-def _ladder_planes(b, g, w, planes, plane, n, sym, catch_color, catches):
-    """Mark the stones laddered in b's game g on `plane` (through the symmetry)."""
+def _ladder_planes(b, g, w, planes, plane, n, sym, catches):
+    """Mark the stones laddered in b's current position of game g on `plane` (through the
+    symmetry), its catching moves in `catches` (ladders_now)."""
     stride = b.stride
-    if mark_ladders(b, g, w, catch_color, catches) == 0:
+    if ladders_now(b, g, w, catches) == 0:
         return
     for p in range(b.color.shape[1]):
         if w.laddered[g, p]:
@@ -864,8 +868,9 @@ def remember_ladders(b, q, w, which):
                     replay_position(b, g, past, g, k)
                 built = True
                 # Read as encode reads a current position (the catches of the opponent of its
-                # player to move, who played move k, recorded in w.area[g], which encode clears
-                # before use), so that the entry's flood fills are what encode's read takes.
+                # player to move, who played move k, recorded in w.area[g], which ladders_now
+                # clears before its own use), so that the entry's flood fills are what encode's
+                # read takes.
                 mover = b.move_colors[g, k] if k < m else b.to_move[g]
                 mark_ladders(past, g, w, 3 - mover, w.area[g])  # resets w.laddered first
                 w.past_reads[g] += 1
@@ -893,7 +898,6 @@ def encode(b, g, w, sym, planes, glob):
     n = b.size[g]
     n_points = b.color.shape[1]
     pla = b.to_move[g]
-    opp = 3 - pla
     for k in range(planes.shape[0]):
         for y in range(planes.shape[1]):
             for x in range(planes.shape[2]):
@@ -935,9 +939,7 @@ def encode(b, g, w, sym, planes, glob):
     # Ladders now (with the catching moves against the opponent, collected in w.area), kept
     # to join the memo at the next call; then 2 and 1 turns ago, from the memo
     # (remember_ladders found or read them).
-    for p in range(n_points):
-        w.area[g, p] = 0
-    _ladder_planes(b, g, w, planes, LADDERED, n, sym, opp, w.area[g])
+    _ladder_planes(b, g, w, planes, LADDERED, n, sym, w.area[g])
     w.now_work[g] = w.mark[g, 0]  # the stamps mark_ladders used: one a flood fill
     for p in range(n_points):
         w.now_marks[g, p] = w.laddered[g, p]
@@ -1110,13 +1112,15 @@ def encode_some(
     phase: Callable[[str], contextlib.AbstractContextManager] = untimed,
 ) -> None:
     """As encode_all, for the games marked in `which` ([G] bool) only; the other rows of the
-    buffers are left as they were. `phase(name)` is entered around each part, "remember" (the
-    groups' memos of ladders) and "encode" (the rows): the self-play driver times them."""
+    buffers are left as they were. `phase(name)` is entered around the groups' memos of ladders
+    ("remember") and around the rest ("encode": the checks, then the rows), so that the
+    self-play driver times them apart."""
     games = b.games
-    check_work(b.color.shape, b.stride, work)
-    check_buffers(games, int(b.size.max()), planes.shape, glob.shape)
-    symmetry = check_symmetries(symmetry, games)
-    which = np.ascontiguousarray(np.broadcast_to(which, (games,)), np.bool_)
+    with phase("encode"):
+        check_work(b.color.shape, b.stride, work)
+        check_buffers(games, int(b.size.max()), planes.shape, glob.shape)
+        symmetry = check_symmetries(symmetry, games)
+        which = np.ascontiguousarray(np.broadcast_to(which, (games,)), np.bool_)
     with phase("remember"):
         over_games(_remember_range, work.memo_tag.shape[0], b, work, which)
     with phase("encode"):
