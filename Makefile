@@ -4,22 +4,29 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test bench lint format clean-cache clean
+.PHONY: setup run test bench lint format docs clean-cache clean
 
 setup: $(STAMP)
 
 # Reinstalls when the dependencies change; torch stays pinned by constraints.txt.
+# pip's own output goes to a log, shown only when the install fails.
 $(STAMP): pyproject.toml constraints.txt
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev,bench]'
-	touch $@
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@echo "installing tengen and its dependencies into $(VENV) (log: $(VENV)/install.log)"
+	@{ $(BIN)/python -m pip install --upgrade pip && \
+	   $(BIN)/python -m pip install -c constraints.txt -e '.[dev,bench]'; } \
+	   > $(VENV)/install.log 2>&1 || \
+	 { tail -n 30 $(VENV)/install.log; echo "make: the install failed: $(VENV)/install.log"; exit 1; }
+	@touch $@
 
 # Trains a 9x9 net from zero for params.yaml's few generations (run.generations), here in the
 # source tree: Prefect's local API, MLflow in mlflow.db, DVC's cache; no server to start.
 # `make run PRESET=long` makes runs/long from flows/presets/long.yaml and runs that instead.
+# First the programs the evaluations play (GNU Go), installed where this user can; where it
+# cannot, the run names them before its first stage and evaluates without them.
 PRESET ?=
 run: setup
+	@$(BIN)/tengen check --install --quiet $(if $(PRESET),--preset $(PRESET)) || true
 	$(BIN)/tengen run $(if $(PRESET),--preset $(PRESET))
 
 test: setup

@@ -312,7 +312,7 @@ def evaluate(
         )
 
     try:
-        report = run(stage_params, io, progress=progress)
+        report = run(stage_params, io, progress=progress, leave_out_missing=False)
     except (InputError, CheckpointError) as e:
         console.print(f"[red]eval: error: {e}")
         raise typer.Exit(2) from None
@@ -596,6 +596,68 @@ def run_loop(
     ran = sum(r["ran"] for r in results)
     print(f"{len(results)} stages: {ran} ran, {len(results) - ran} were up to date")
     print(where(folder))
+
+
+@app.command("check", rich_help_panel="Train")
+def check(
+    repo: Annotated[
+        str | None, typer.Option(help="The run's folder (default: here, or runs/PRESET).")
+    ] = None,
+    preset: Annotated[
+        str | None,
+        typer.Option(help="The run of this preset (flows/presets), made or not yet."),
+    ] = None,
+    install: Annotated[
+        bool,
+        typer.Option(
+            "--install", help="Install what is missing with apt-get (as root or with sudo -n)."
+        ),
+    ] = False,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", help="Say only what is installed or fails to install.")
+    ] = False,
+) -> None:
+    """Check the outside programs a run plays against (GNU Go), or install them.
+
+    Says where each is, or what the run's evaluations leave out without it and how to
+    install it. Exit status 1 while one is missing."""
+    import yaml
+
+    from flows.runs import SOURCE, preset_params
+    from play.programs import can_install, which
+    from play.programs import install as install_programs
+    from stages.evaluate import missing_programs, needed_programs, without
+    from stages.params import EvaluateParams, ParamsError, load_params, section
+
+    folder = Path(repo or (f"runs/{preset}" if preset else "."))
+    source = folder / "params.yaml"
+    try:
+        if source.is_file():
+            raw = load_params(source)
+        elif preset:  # the run `make run PRESET=...` is about to make
+            raw = yaml.safe_load(preset_params(preset, SOURCE / "params.yaml"))
+            source = Path(f"preset {preset}")
+        else:
+            raw = load_params(_params_file(None))
+        settings = section(raw, "evaluate", EvaluateParams, source=source)
+    except ParamsError as e:
+        print(f"tengen check: {e}", file=sys.stderr)
+        raise typer.Exit(2) from None
+    missing = missing_programs(settings)
+    if install and missing:
+        if can_install():
+            install_programs(list(missing), log=lambda line: print(f"tengen check: {line}"))
+        elif not quiet:
+            print("tengen check: cannot install here (not root, and sudo asks for a password)")
+        missing = missing_programs(settings)
+    if not quiet:
+        for program, names in needed_programs(settings).items():
+            if program in missing:
+                print(without(program, names))
+            else:
+                print(f"{program}: {which(program)} (evaluate: {', '.join(names)})")
+    if missing:
+        raise typer.Exit(1)
 
 
 @remote_app.command("add")

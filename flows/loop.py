@@ -191,17 +191,20 @@ def run_stage(
     metrics: str | None = None,
     *,
     server: str | None = None,
+    force: bool = False,
 ) -> dict:
     """Reproduce one DVC stage; returns {"stage", "ran", "metrics"}. With `server` (a stage
-    server's socket, stages.server), the stage's command runs in it."""
+    server's socket, stages.server), the stage's command runs in it; with `force`, it runs
+    even where DVC finds it up to date. Its output goes to its log (layout.stage_log)."""
     logger = get_run_logger()
     env = _environment(parent_run)
     if server:
         env[SERVER_ENV] = server
+    command = ["dvc", "repro", *(["--force"] if force else []), "--single-item", name]
     # Its own session, so that a signal to this process's group reaches the stage only through
     # `stop` below (which waits for it to end cleanly) and not twice.
     process = subprocess.Popen(
-        ["dvc", "repro", "--single-item", name],
+        command,
         cwd=repo,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -284,6 +287,7 @@ def loop(
         logger.info("resuming: dropped %d DVC lock entries of a killed run", dropped)
     if still := wait_for_lock_holders(repo, LOCK_WAIT, logger.info):
         logger.warning("DVC processes %s still hold the run's lock", sorted(still))
+    replay = check_programs(Path(repo), raw, params_path, plan, logger)
     tracker = Tracker(tracking, Path(repo).resolve()) if tracking is not None else None
     in_source = (Path(repo) / "gocore").is_dir()
     write_dvc_yaml(params_path, Path(repo) / "dvc.yaml", code_deps=in_source)
@@ -317,9 +321,10 @@ def loop(
         for n in range(start, count):
             stages = generation(n, plan)
             for stage in stages:
+                server, force = served.get(SERVER_ENV), stage.name in replay
                 results.append(
                     run_stage(
-                        stage.name, str(repo), parent, stage.report, server=served.get(SERVER_ENV)
+                        stage.name, str(repo), parent, stage.report, server=server, force=force
                     )
                 )
                 if stage.name == f"shuffle-{n}" and results[-1]["ran"]:  # figures out of range
@@ -364,6 +369,84 @@ def loop(
         if pushed:
             push(str(repo), count - 1, "the run's page")
     return results
+
+
+def check_programs(repo: Path, raw: dict, params_path: Path, plan, logger) -> set[str]:
+    """Before the first stage: one warning for each outside program the evaluations need
+    that this machine lacks (what they leave out, the command that installs it); and the
+    evaluate stages to play again because a program they left out is installed now (their
+    names). On a cluster the workers' programs count, so only a local one is checked here."""
+    from play.programs import KNOWN
+    from stages import evaluate
+    from stages.params import ClusterParams, EvaluateParams, section
+
+    if not plan.evaluation.every and not plan.evaluation.at:
+        return set()
+    cluster = section(raw, "cluster", ClusterParams, source=params_path)
+    if cluster.address is None or cluster.address.startswith("local:"):
+        settings = section(raw, "evaluate", EvaluateParams, source=params_path)
+        for program, names in evaluate.missing_programs(settings).items():
+            logger.warning(
+                "%s; the next `tengen run` after that plays them",
+                evaluate.without(program, names),
+            )
+    replay = set()
+    for n, entries in evaluate.replays(repo, plan).items():
+        programs = sorted({e["program"] for e in entries})
+        titles = [KNOWN[p].title if p in KNOWN else p for p in programs]
+        opponents = sorted({e["opponent"] for e in entries})
+        logger.info(
+            "%s installed now: evaluate-%d plays again (it left out %s)",
+            " and ".join(titles) + (" is" if len(titles) == 1 else " are"), n,
+            ", ".join(opponents),
+        )  # fmt: skip
+        replay.add(f"evaluate-{n}")
+    return replay
+
+
+# A record that carries one of these is said by `tengen run` itself, once.
+_SAID_ONCE = re.compile(r"\b(StageFailed|StageInterrupted|RunLocked)\b")
+
+
+class _SaidOnce(logging.Filter):
+    """Prefect's console handler without the records of a stage that stopped the run (the
+    task's failure, its traceback, the flow's, each repeating the stage's message), which
+    `tengen run` says in one block; the run's log keeps them whole."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, StageError | RunLocked):
+            return False
+        return not _SAID_ONCE.search(record.getMessage())
+
+
+@contextlib.contextmanager
+def run_logging(repo: Path):
+    """While a run goes on: everything Prefect and the libraries log, tracebacks included, to
+    the run's log (layout.RUN_LOG, appended), and Prefect's console without the repeats of a
+    failed stage (_SaidOnce). Yields the log's path."""
+    from prefect.logging.configuration import ensure_logging_setup
+    from prefect.logging.handlers import PrefectConsoleHandler
+
+    ensure_logging_setup()
+    path = (repo / layout.RUN_LOG).resolve()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    to_file = logging.FileHandler(path, encoding="utf-8")
+    to_file.setLevel(logging.INFO)
+    to_file.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.addHandler(to_file)
+    quiet = _SaidOnce()
+    consoles = [h for h in root.handlers if isinstance(h, PrefectConsoleHandler)]
+    for handler in consoles:
+        handler.addFilter(quiet)
+    try:
+        yield path
+    finally:
+        for handler in consoles:
+            handler.removeFilter(quiet)
+        root.removeHandler(to_file)
+        to_file.close()
 
 
 def report_run(repo: Path, tracker, parent: str | None, logger) -> Path | None:

@@ -9,8 +9,6 @@ import dataclasses
 import json
 import math
 import queue
-import shlex
-import shutil
 import subprocess
 import threading
 import time
@@ -23,6 +21,7 @@ from gocore.board import BLACK, WHITE
 from gocore.rules import Rules, fixed_handicap_points
 from play.game import Game, IllegalMoveError, Point
 from play.gtp import GtpError, format_score, format_vertex, parse_vertex
+from play.programs import find_program, install_hint
 from play.sgf import record_from_game, save_sgf
 
 
@@ -36,22 +35,6 @@ class EngineStartError(EngineFailure):
 
 class GtpCommandError(RuntimeError):
     """An engine answered `?` to a command."""
-
-
-def install_hint(program: str) -> str:
-    """How to install a missing engine the project knows, for an error message."""
-    return " (apt-get install -y gnugo)" if Path(program).name == "gnugo" else ""
-
-
-def find_program(command: str) -> list[str]:
-    """A command line's words, its program found on PATH or else in /usr/games (where Debian
-    puts GNU Go); unchanged when neither has it (starting it then fails)."""
-    argv = shlex.split(command)
-    if argv and "/" not in argv[0] and shutil.which(argv[0]) is None:
-        found = shutil.which(argv[0], path="/usr/games")
-        if found is not None:
-            argv[0] = found
-    return argv
 
 
 # Seconds an engine may take before its first answer (`name`): tengen's own compiles numba's

@@ -32,16 +32,16 @@ from pathlib import Path
 
 from gocore.atomic import output_dir, write_bytes, write_json
 from gocore.rules import PRESETS
-from play.match import (
-    EngineStartError,
-    GameResult,
-    Match,
-    MatchConfig,
-    find_program,
-    install_hint,
-    wilson_interval,
-)
+from play.match import EngineStartError, GameResult, Match, MatchConfig, wilson_interval
 from play.models import UNIFORM
+from play.programs import (
+    find_program,
+    install_command,
+    install_hint,
+    missing_line,
+    program_of,
+    which,
+)
 from play.ratings import Pairing, RatingError, UnboundedRating, fit
 from stages import cli, layout
 from stages.cli import InputError
@@ -99,15 +99,62 @@ def dvc(n: int, plan: Plan) -> list[DvcStage]:
     ]  # fmt: skip
 
 
+class MissingProgram(InputError):
+    """An opponent's (or the referee's) program that is not installed, here or on a worker."""
+
+    def __init__(self, program: str, command: str, where: str | None = None):
+        self.program, self.command, self.where = program, command, where
+        on = f" on the worker {where}" if where else ""
+        super().__init__(
+            f"evaluate: `{program}` is not installed{on}{install_hint(program)}: {command!r}"
+        )
+
+
+TENGEN = "{tengen}"  # in a command line: this installation's CLI
+
+
 def engine_command(command: str) -> str:
-    """A GTP command line with `{tengen}` as this interpreter's CLI, and `gnugo` found in
-    /usr/games (where Debian puts it) when it is not on PATH."""
-    command = command.replace("{tengen}", f"{shlex.quote(sys.executable)} -m flows.cli")
+    """A GTP command line with `{tengen}` as this interpreter's CLI, its program found on PATH
+    or in play.programs' folders (/usr/games). MissingProgram where it is not installed."""
+    command = command.replace(TENGEN, f"{shlex.quote(sys.executable)} -m flows.cli")
     words = find_program(command)
     if words and shutil.which(words[0]) is None:
-        hint = install_hint(words[0])
-        raise InputError(f"evaluate: `{words[0]}` is not installed{hint}: {command!r}")
+        raise MissingProgram(words[0], command)
     return shlex.join(words)
+
+
+REFEREE = "referee"  # the referee's entry among the programs an evaluation needs
+HERE = "here"  # a program missing in the stage's own process, not on a cluster's worker
+
+
+def needed_programs(params: EvaluateParams) -> dict[str, list[str]]:
+    """The outside programs the evaluation runs, each with the opponents that need it (and
+    REFEREE for the referee); tengen's own engines are not among them."""
+    needed: dict[str, list[str]] = {}
+    commands = {name: rung.command for name, rung in params.rungs().items()}
+    if params.referee:
+        commands[REFEREE] = params.referee
+    for name, command in commands.items():
+        program = program_of(command)
+        if program and TENGEN not in program:
+            needed.setdefault(program, []).append(name)
+    return needed
+
+
+def missing_programs(params: EvaluateParams) -> dict[str, list[str]]:
+    """needed_programs() that are not installed here."""
+    return {p: names for p, names in needed_programs(params).items() if which(p) is None}
+
+
+def without(program: str, names: list[str]) -> str:
+    """One line: `program` is missing, what the evaluation does without it, and its install."""
+    rungs = [n for n in names if n != REFEREE]
+    what = []
+    if rungs:
+        what.append(f"the evaluations leave out {', '.join(rungs)}")
+    if REFEREE in names:
+        what.append("score without a referee (the dead stones both engines agree on)")
+    return missing_line(program, " and ".join(what))
 
 
 def champion_command(
@@ -189,9 +236,11 @@ def play_pairing(
 class ChunkResult:
     index: int
     name: str  # the pairing's opponent
-    results: list[GameResult]
+    results: list[GameResult]  # none where the opponent's program is missing on the worker
     files: dict[str, bytes]  # what the match wrote (games/*.sgf, logs/), by relative path
     worker: str
+    missing: tuple[str, ...] = ()  # programs not installed on the worker (opponent, referee)
+    unplayed: int = 0  # games not played for want of the opponent's program
 
 
 def play_chunk(
@@ -205,7 +254,9 @@ def play_chunk(
     files: dict[str, bytes],
 ) -> ChunkResult:
     """play_games on a cluster's worker: `files` (checkpoints, params.yaml) written to a
-    temporary folder that FILES in the command lines names; the match's files sent back."""
+    temporary folder that FILES in the command lines names; the match's files sent back. An
+    opponent whose program the worker lacks plays no game there (the chunk says which), a
+    referee it lacks scores without one."""
     with tempfile.TemporaryDirectory(prefix="tengen-eval-") as folder:
         for file_name, data in files.items():
             (Path(folder) / file_name).write_bytes(data)
@@ -213,16 +264,27 @@ def play_chunk(
         def here(command: str) -> str:
             return engine_command(command.replace(FILES, folder))
 
+        missing = []
         try:
-            config = dataclasses.replace(config, referee=config.referee and here(config.referee))
+            referee = None
+            try:
+                referee = config.referee and here(config.referee)
+            except MissingProgram as e:
+                missing.append(e.program)
+            config = dataclasses.replace(config, referee=referee or None)
+            try:
+                opponent = here(b)
+            except MissingProgram as e:
+                return ChunkResult(index, name, [], {}, worker_name(), (*missing, e.program),
+                                   unplayed=len(numbers))  # fmt: skip
             out = Path(folder) / "out"
-            results = play_games(name, here(a), here(b), config, out, numbers)
+            results = play_games(name, here(a), opponent, config, out, numbers)
         except InputError as e:
             raise InputError(f"{e} (on the worker {socket.gethostname()})") from None
         back = {
             str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()
         }
-    return ChunkResult(index, name, results, back, worker_name())
+    return ChunkResult(index, name, results, back, worker_name(), tuple(missing))
 
 
 def pairing_summary(a: str, b: str, results: list[GameResult]) -> dict:
@@ -306,9 +368,14 @@ def run(
     progress=None,
     cluster: ClusterParams = IN_PROCESS,
     log=None,
+    leave_out_missing: bool = True,
 ) -> dict:
     """Play the ladder (in this process, or each pairing's chunks as shards where `cluster`
-    says: the same games), rate every evaluation so far, write the report."""
+    says: the same games), rate every evaluation so far, write the report. An opponent whose
+    program is not installed (here, or on the workers that drew its games) is left out with
+    a warning through `log` and listed in the report's `left_out` (MissingProgram instead
+    without `leave_out_missing`); the ratings are fitted over the games that were played,
+    anchored on evaluate.anchor or, where it never played, the next opponent that did."""
     device, params = params.device, params.evaluate
     champion_path = _champion(io.champion, f"promote-{io.generation}")
     me = io.name or f"gen-{io.generation}"
@@ -349,16 +416,30 @@ def run(
         if progress is not None:
             progress(summary)
 
+    left_out: list[dict] = []  # opponents (and the referee) whose program was not installed
     with output_dir(io.out) as tmp:
         if cluster.address is None:
             # Every program found before any game is played.
             champion = champion_command(champion_path, params, device, io.params_path)
-            commands = {
-                name: engine_command(e) if isinstance(e, str)
-                else champion_command(e[0], params, device, io.params_path)
-                for name, e in engines.items()
-            }  # fmt: skip
-            referee = params.referee and engine_command(params.referee)
+            commands = {}
+            for name, e in engines.items():
+                if not isinstance(e, str):
+                    commands[name] = champion_command(e[0], params, device, io.params_path)
+                    continue
+                try:
+                    commands[name] = engine_command(e)
+                except MissingProgram as missing:
+                    if not leave_out_missing:
+                        raise
+                    left_out.append(_left_out(name, missing.program))
+            referee = None
+            try:
+                referee = params.referee and engine_command(params.referee)
+            except MissingProgram as missing:
+                if not leave_out_missing:
+                    raise
+                left_out.append(_left_out(REFEREE, missing.program))
+            _warn_left_out(left_out, log)
             for name, command in commands.items():
                 config = dataclasses.replace(configs[name], referee=referee or None)
                 record(name, command, play_pairing(name, champion, command, config,
@@ -368,42 +449,53 @@ def run(
                                   log)  # fmt: skip
             workers = {c.worker for _, back in by_name.values() for c in back}
             for name, (command, chunks_back) in by_name.items():
+                left_out += _left_out_on_workers(name, chunks_back)
+                played = [c for c in chunks_back if c.results]
+                if not played:
+                    continue
                 # Each engine pair's logs (logs/A.stderr.log, ...) follow one another, as in
                 # one process, where the pairs append to the same files.
                 files: dict[str, bytes] = {}
-                for chunk in chunks_back:
+                for chunk in played:
                     for relative, data in chunk.files.items():
                         files[relative] = files.get(relative, b"") + data
                 for relative, data in files.items():
                     write_bytes(data, tmp / name / relative)
-                results = sorted((r for c in chunks_back for r in c.results),
+                results = sorted((r for c in played for r in c.results),
                                  key=lambda r: r.number)  # fmt: skip
                 record(name, command, results)
+            _warn_left_out(left_out, log)
         all_pairings = [p for r in earlier for p in r["pairings"]] + pairings
-        try:
-            ratings = fit(
-                [Pairing(p["a"], p["b"], p["games"], p["a_score"]) for p in all_pairings],
-                anchor=params.anchor, anchor_elo=params.anchor_elo,
-                prior_draws=params.prior_draws,
-            )  # fmt: skip
-        except UnboundedRating as e:
-            raise InputError(
-                f"evaluate: the games cannot be rated: {e}; evaluate.prior_draws is "
-                f"{params.prior_draws}: set it above 0 (1 adds one draw to each pairing)"
-            ) from None
-        except RatingError as e:
-            raise InputError(f"evaluate: the games cannot be rated: {e}") from None
-        if me not in ratings:
-            reasons = sorted({r for p in pairings for r in p["reasons"]})
-            raise InputError(f"evaluate: no game of {me} was decided (every one void: {reasons})")
+        anchor, anchor_elo = rating_anchor(params, all_pairings)
+        ratings = {}
+        if pairings:  # else every opponent was left out: nothing to rate this time
+            try:
+                ratings = fit(
+                    [Pairing(p["a"], p["b"], p["games"], p["a_score"]) for p in all_pairings],
+                    anchor=anchor, anchor_elo=anchor_elo, prior_draws=params.prior_draws,
+                )  # fmt: skip
+            except UnboundedRating as e:
+                raise InputError(
+                    f"evaluate: the games cannot be rated: {e}; evaluate.prior_draws is "
+                    f"{params.prior_draws}: set it above 0 (1 adds one draw to each pairing)"
+                ) from None
+            except RatingError as e:
+                raise InputError(f"evaluate: the games cannot be rated: {e}") from None
+            if me not in ratings:
+                reasons = sorted({r for p in pairings for r in p["reasons"]})
+                raise InputError(
+                    f"evaluate: no game of {me} was decided (every one void: {reasons})"
+                )
         compute = compute_spent(io.reports, io.generation) if io.reports is not None else {}
+        rated = ratings.get(me)
         report = {
             "generation": io.generation if io.reports is not None else None,  # None: no run
             "champion": me,
             "champion_path": str(champion_path or "uniform"),
-            "anchor": params.anchor,
-            "elo": round(ratings[me].elo, 1),
-            "elo_stderr": round(ratings[me].stderr, 1),
+            "anchor": anchor,
+            **({} if anchor == params.anchor else {"anchor_wanted": params.anchor}),
+            "elo": round(rated.elo, 1) if rated else None,
+            "elo_stderr": round(rated.stderr, 1) if rated else None,
             **{f"win_rate_{p['opponent']}": p["a_win_rate"] for p in pairings},
             **compute,
             **(
@@ -412,23 +504,109 @@ def run(
                 else {"cluster": cluster.address, "workers": len(workers)}
             ),
             "pairings": pairings,
+            "left_out": left_out,
             "ratings": {
                 name: {"elo": round(r.elo, 1), "stderr": round(r.stderr, 1)}
                 for name, r in sorted(ratings.items())
             },
         }
         rows = history_rows(earlier + [report], ratings, params)
-        chart(rows, params, tmp / "elo.png")
+        chart(rows, params, tmp / "elo.png", anchor, anchor_elo)
     write_json(rows, io.history)
     write_json(report, io.report)
     return report
 
 
+def _left_out(name: str, program: str, where: str = HERE, games: int | None = None) -> dict:
+    """A report's entry for an opponent (or REFEREE) left out: its program and the command
+    that installs it, where it was missing (HERE, or the workers), and the games not played."""
+    entry = {"opponent": name, "program": program, "install": install_command(program),
+             "where": where}  # fmt: skip
+    return entry if games is None else {**entry, "games": games}
+
+
+def _left_out_on_workers(name: str, chunks_back: list[ChunkResult]) -> list[dict]:
+    """The left-out entries of one pairing's chunks: the opponent's program (its games that
+    were not played) and the referee's, each with the workers that lacked it."""
+    entries = []
+    by_program: dict[str, list[ChunkResult]] = {}
+    for chunk in chunks_back:
+        for program in chunk.missing:
+            by_program.setdefault(program, []).append(chunk)
+    for program, chunks_missing in by_program.items():
+        where = ", ".join(sorted({_host(c.worker) for c in chunks_missing}))
+        unplayed = [c for c in chunks_missing if not c.results]
+        if unplayed:
+            games = sum(c.unplayed for c in unplayed)
+            entries.append(_left_out(name, program, where, games))
+        if any(c.results for c in chunks_missing):  # played there, without its referee
+            entries.append(_left_out(REFEREE, program, where))
+    return entries
+
+
+def _host(worker: str) -> str:
+    return worker.rsplit(":", 1)[0]  # worker_name(): host:pid
+
+
+def replays(repo: Path, plan: Plan) -> dict[int, list[dict]]:
+    """The evaluations done so far that left out an opponent (or the referee) for want of a
+    program that this machine has now, with those entries: the loop plays them again. An
+    entry of workers elsewhere counts only where every one of them was this machine."""
+    here = socket.gethostname()
+    out = {}
+    for n in range(plan.generations):
+        path = repo / layout.eval_report(n)
+        if not plan.evaluated(n) or not path.is_file():
+            continue
+        try:
+            left_out = json.loads(path.read_text()).get("left_out") or []
+        except (json.JSONDecodeError, AttributeError):
+            continue  # its own stage says what is wrong with it
+        found = [
+            e for e in left_out
+            if which(e["program"]) is not None
+            and (e["where"] == HERE or set(e["where"].split(", ")) <= {here})
+        ]  # fmt: skip
+        if found:
+            out[n] = found
+    return out
+
+
+def _warn_left_out(left_out: list[dict], log) -> None:
+    """One warning a program, naming what the evaluation left out for want of it."""
+    by_program: dict[str, list[str]] = {}
+    for entry in left_out:
+        by_program.setdefault(entry["program"], []).append(entry["opponent"])
+    for program, names in by_program.items():
+        where = {e["where"] for e in left_out if e["program"] == program} - {HERE}
+        line = without(program, list(dict.fromkeys(names)))
+        if where:
+            line = line.replace(" is not installed", f" is not installed on {', '.join(where)}")
+        if log is not None:
+            log(f"warning: {line}")
+
+
+def rating_anchor(params: EvaluateParams, pairings: list[dict]) -> tuple[str, float]:
+    """The Elo anchor and its Elo: evaluate.anchor where it has played, else (its program
+    left out) the first of evaluate.opponents that has played, else the oldest champion, at
+    Elo 0."""
+    played = [x for p in pairings for x in (p["a"], p["b"])]
+    if params.anchor in played or not played:
+        return params.anchor, float(params.anchor_elo)
+    for name in params.opponents:
+        if name in played:
+            return name, 0.0
+    return played[0], 0.0
+
+
 def history_rows(reports: list[dict], ratings: dict, params: EvaluateParams) -> list[dict]:
-    """One row per evaluated generation, every Elo from the latest fit."""
+    """One row per evaluated generation, every Elo from the latest fit (none for a champion
+    that has played no game: every opponent of its evaluation left out)."""
     rows = []
     for r in reports:
         name = r["champion"]
+        if name not in ratings:
+            continue
         row = {
             "generation": r["generation"],
             "elo": round(ratings[name].elo, 1),
@@ -443,7 +621,9 @@ def history_rows(reports: list[dict], ratings: dict, params: EvaluateParams) -> 
     return rows
 
 
-def chart(rows: list[dict], params: EvaluateParams, path: Path) -> Path:
+def chart(
+    rows: list[dict], params: EvaluateParams, path: Path, anchor: str, anchor_elo: float
+) -> Path:
     """elo.png: Elo against generation and against self-play evaluations (error bars of one
     standard error), and the win rate against each fixed opponent."""
     import matplotlib
@@ -456,7 +636,7 @@ def chart(rows: list[dict], params: EvaluateParams, path: Path) -> Path:
     err = [r["elo_stderr"] for r in rows]
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     axes[0].errorbar(gens, elo, yerr=err, marker="o", capsize=3)
-    axes[0].set(xlabel="generation", ylabel=f"Elo ({params.anchor} = {params.anchor_elo:g})",
+    axes[0].set(xlabel="generation", ylabel=f"Elo ({anchor} = {anchor_elo:g})",
                 title="champion Elo")  # fmt: skip
     compute = [r.get("selfplay_evaluations") or 0 for r in rows]
     axes[1].errorbar(compute, elo, yerr=err, marker="o", capsize=3)

@@ -608,8 +608,45 @@ def _ladder_table(facts: dict) -> str:
             )
     return (
         "<table><tr><th>generation</th><th>opponent</th><th>handicap</th><th>komi</th>"
-        "<th>champion's wins</th><th>95% interval</th></tr>" + "".join(rows) + "</table>"
+        "<th>champion's wins</th><th>95% interval</th></tr>"
+        + "".join(rows)
+        + "</table>"
+        + _left_out_note(facts)
     )
+
+
+def _left_out_note(facts: dict) -> str:
+    """What the evaluations left out for want of a program (stages.evaluate's `left_out`),
+    and the anchor the Elo took instead of evaluate.anchor."""
+    items = []
+    for n, report in facts["evals"].items():
+        left_out = report.get("left_out") or []
+        if not left_out:
+            continue
+        names = ", ".join(
+            "the referee" if e["opponent"] == "referee" else e["opponent"] for e in left_out
+        )
+        programs = sorted({(e["program"], e.get("install") or "", e["where"]) for e in left_out})
+        why = "; ".join(
+            f"<code>{_e(p)}</code> is not installed"
+            + ("" if where == "here" else f" on {_e(where)}")
+            + (f" (<code>{_e(install)}</code>)" if install else "")
+            for p, install, where in programs
+        )
+        anchor = (
+            f" Its Elo is relative to {_e(report['anchor'])}: the anchor "
+            f"{_e(report['anchor_wanted'])} did not play."
+            if report.get("anchor_wanted")
+            else ""
+        )
+        items.append(f"<li>generation {n}: {_e(names)} left out: {why}.{anchor}</li>")
+    if not items:
+        return ""
+    return (
+        '<p class="note">Left out of the evaluations for want of a program; the next '
+        "<code>tengen run</code> plays them once it is installed:</p><ul>"
+        + "".join(items) + "</ul>"
+    )  # fmt: skip
 
 
 def _generation_table(facts: dict, links: dict) -> str:

@@ -285,3 +285,71 @@ def test_a_pairing_won_or_lost_whole_without_prior_draws_names_the_key(tmp_path,
     _champion(tmp_path, 0, 0)
     with pytest.raises(InputError, match=r"won or lost every game.*evaluate.prior_draws is 0"):
         evaluate.run(*evaluate.prepare(params_path, 0))
+
+
+def _without_gnugo(monkeypatch) -> None:
+    """GNU Go unfindable: off PATH (this interpreter's folder and the system's basics only)
+    and outside the folders looked in after it (/usr/games)."""
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}:/usr/bin:/bin")
+    monkeypatch.setenv("TENGEN_PROGRAM_DIRS", "")
+    if shutil.which("gnugo"):
+        pytest.skip(f"GNU Go is in {shutil.which('gnugo')}, which this test cannot leave out")
+
+
+def test_an_opponent_whose_program_is_missing_is_left_out_and_the_rest_rated(tmp_path, monkeypatch):
+    # GNU Go missing: its rung and the referee are left out with one warning, the anchor
+    # falls to the next opponent that played, and the report records what was left out, so
+    # that a later run can play it (replays()).
+    monkeypatch.chdir(tmp_path)
+    _without_gnugo(monkeypatch)
+    params_path = _params(tmp_path, workers=1, referee="gnugo --mode gtp --chinese-rules")
+    (tmp_path / "reports" / "selfplay").mkdir(parents=True)
+    (tmp_path / "reports" / "selfplay" / "gen-0.json").write_text('{"evaluations": 1}')
+    _champion(tmp_path, 0, 0)
+    settings = evaluate.read(params_path, evaluate.Params).evaluate
+    assert evaluate.missing_programs(settings) == {"gnugo": ["gnugo-0", "referee"]}
+    said = []
+    report = evaluate.run(*evaluate.prepare(params_path, 0), log=said.append)
+    assert [p["opponent"] for p in report["pairings"]] == ["random"]
+    assert report["left_out"] == [
+        {"opponent": "gnugo-0", "program": "gnugo", "install": "apt-get install -y gnugo",
+         "where": "here"},
+        {"opponent": "referee", "program": "gnugo", "install": "apt-get install -y gnugo",
+         "where": "here"},
+    ]  # fmt: skip
+    assert (report["anchor"], report["anchor_wanted"]) == ("random", "gnugo-0")
+    assert report["ratings"]["random"]["elo"] == 0.0 and report["elo"] is not None
+    [warning] = said
+    assert warning.startswith("warning: GNU Go (`gnugo`) is not installed: the evaluations leave "
+                              "out gnugo-0 and score without a referee")  # fmt: skip
+    assert warning.endswith("install it with `apt-get install -y gnugo`")
+    # Nothing to play again while GNU Go is missing; once it is found, generation 0's is.
+    plan = Plan(1, evaluation=Evaluation(every=1))
+    assert evaluate.replays(tmp_path, plan) == {}
+    games = tmp_path / "games"
+    games.mkdir()
+    fake = games / "gnugo"
+    fake.write_text("#!/bin/sh\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("TENGEN_PROGRAM_DIRS", str(games))
+    assert evaluate.replays(tmp_path, plan) == {0: report["left_out"]}
+    # `tengen eval` names its opponents itself: a missing one is an error there.
+    monkeypatch.setenv("TENGEN_PROGRAM_DIRS", "")
+    with pytest.raises(evaluate.MissingProgram, match="`gnugo` is not installed"):
+        evaluate.run(*evaluate.prepare(params_path, 0), leave_out_missing=False)
+
+
+def test_an_evaluation_with_every_opponent_left_out_rates_nothing_and_fails_nothing(
+    tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    _without_gnugo(monkeypatch)
+    params_path = _params(tmp_path, past_champions=0, referee=None,
+                          opponents={"gnugo-0": "gnugo --mode gtp --level 0"})  # fmt: skip
+    (tmp_path / "reports" / "selfplay").mkdir(parents=True)
+    (tmp_path / "reports" / "selfplay" / "gen-0.json").write_text('{"evaluations": 1}')
+    _champion(tmp_path, 0, 0)
+    report = evaluate.run(*evaluate.prepare(params_path, 0))
+    assert report["pairings"] == [] and report["elo"] is None and report["ratings"] == {}
+    assert [e["opponent"] for e in report["left_out"]] == ["gnugo-0"]
+    assert json.loads(Path("reports/eval/history-gen-0.json").read_text()) == []

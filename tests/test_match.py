@@ -8,7 +8,8 @@ import sys
 import pytest
 
 from gocore.rules import PRESETS
-from play.match import EngineStartError, Match, MatchConfig, find_program, wilson_interval
+from play.match import EngineStartError, Match, MatchConfig, wilson_interval
+from play.programs import find_program
 from play.sgf import read_sgf, replay
 from tests.conftest import REPO, run_cli, tengen_command
 
