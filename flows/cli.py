@@ -589,8 +589,13 @@ def run_loop(
             print(f"made the run folder {folder} (preset {preset})")
         elif preset:
             print(f"{folder} exists: going on with its params.yaml (--preset makes new folders)")
-        results = loop(str(folder), generations=generations)
-    except (StageFailed, StageInterrupted, ParamsError, MlflowException) as e:
+        elif not (folder / "params.yaml").is_file():
+            raise ParamsError(f"{folder.resolve()} holds no params.yaml: not a run folder")
+        # The folder is this process's before anything else starts (Prefect, MLflow).
+        with run_lock(folder), run_logging(folder) as log:
+            print(f"tengen run: the whole log is in {log}", file=sys.stderr, flush=True)
+            results = loop(str(folder), generations=generations)
+    except (StageError, RunLocked, ParamsError, MlflowException) as e:
         print(f"tengen run: {e}", file=sys.stderr)
         raise typer.Exit(2) from None
     ran = sum(r["ran"] for r in results)
@@ -743,16 +748,18 @@ def ablate(
         if show_report:
             print(A.format_report(A.report(ab)))
             return
-        rep = A.ablation_flow(name, list(ab.arms), ab.budget, points, preset, ab.base)
-    except (ParamsError, StageFailed, StageInterrupted, MlflowException) as e:
+        with run_logging(ab.folder):
+            rep = A.ablation_flow(name, list(ab.arms), ab.budget, points, preset, ab.base)
+    except (ParamsError, StageError, RunLocked, MlflowException) as e:
         print(f"tengen ablate: {e}", file=sys.stderr)
         raise typer.Exit(2) from None
     print(A.format_report(rep))
     print(f"chart:     {ab.folder / 'elo.png'}   (and: cd {ab.folder} && dvc plots show)")
     print(f"MLflow UI: mlflow ui --backend-store-uri {ab.store()}   (experiment {ab.experiment})")
+    print(f"the arms side by side: {A.compare_link(ab)}")
 
 
-@app.command("serve")
+@app.command("serve", rich_help_panel="Train")
 def serve(
     repo: Annotated[str, typer.Option(help="The run's folder.")] = ".",
     cron: Annotated[

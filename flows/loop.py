@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import re
 import signal
@@ -27,13 +28,15 @@ from prefect.context import get_run_context
 from flows.pipeline import generation, write_dvc_yaml
 from flows.runs import (
     PushError,
+    RunLocked,
     check_push,
     completed_generations,
     push_generation,
+    run_lock,
     set_generations,
 )
 from gocore.atomic import write_text
-from stages import data
+from stages import data, layout
 from stages.handoff import ENV as SERVER_ENV
 from stages.handoff import REFUSED
 from stages.params import load_params, run_section
@@ -46,12 +49,49 @@ from stages.vega import install_dvc_template
 STAGES = ("selfplay", "shuffle", "train", "ema", "gate", "promote")  # of train.net's line
 
 
-class StageFailed(RuntimeError):
+class StageError(RuntimeError):
+    """A stage that stopped the run; its message is what `tengen run` says, whole."""
+
+
+class StageFailed(StageError):
     """A stage that failed on its inputs or its code: retrying cannot help."""
 
 
-class StageInterrupted(RuntimeError):
+class StageInterrupted(StageError):
     """A stage killed from outside (a signal, out of memory): worth another try."""
+
+
+# DVC's own lines in a stage's output, which say that it failed but not why.
+_DVC_LINE = re.compile(r"^(ERROR: failed to reproduce|Having any troubles\?|Running stage |"
+                       r"Updating lock file|Stage '.*' didn't change|Use `dvc push`)")  # fmt: skip
+_STAGE_ERROR = re.compile(r"^[\w.-]+: (error|MLflow error|stopped)\b")
+
+
+def last_error(output: str) -> str:
+    """The line of a stage's output that says why it failed: its own last error line (a
+    stage's `<stage>: error: ...`), else its last line that is not DVC's, else DVC's."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    for line in reversed(lines):
+        if _STAGE_ERROR.match(line):
+            return line
+    for line in reversed(lines):
+        if not _DVC_LINE.match(line):
+            return line
+    return lines[-1] if lines else "(no output)"
+
+
+def stage_error(name: str, returncode: int, output: str, log: Path | None) -> StageError:
+    """The error of a stage that ended with `returncode`: StageInterrupted or StageFailed
+    (failure()), its message one block: the stage and its exit status, its own last error
+    line, where its whole output is, and that running again resumes there."""
+    code = re.search(r"exited with (-?\d+)", output)
+    status = int(code.group(1)) if code else returncode
+    how = f"killed by signal {-status}" if status < 0 else f"exit status {status}"
+    lines = [f"{name} failed ({how}): {last_error(output)}"]
+    if log is not None:
+        lines.append(f"  its whole output: {log}")
+    lines.append(f"  `tengen run` again resumes at {name}; the stages before it are kept.")
+    return failure(returncode, output)("\n".join(lines))
 
 
 def _retry_interrupted(task_, task_run, state) -> bool:
@@ -217,8 +257,13 @@ def run_stage(
         output, _ = process.communicate()
     finally:
         _running["stage"] = None
+    log = _log_output(Path(repo), name, command, process.returncode, output)
     if process.returncode != 0:
-        raise failure(process.returncode, output)(f"{name} failed:\n{output[-3000:]}")
+        error = stage_error(name, process.returncode, output, log)
+        tries = get_run_context().task_run.run_count
+        if isinstance(error, StageInterrupted) and tries <= run_stage.retries:
+            logger.warning("%s; trying again", str(error).splitlines()[0])
+        raise error
     ran = f"Running stage '{name}'" in output
     for line in output.splitlines():  # the stage server could not take it: why (it ran anyway)
         if REFUSED in line:
@@ -228,6 +273,22 @@ def run_stage(
     if metrics and (Path(repo) / metrics).exists():
         values = json.loads((Path(repo) / metrics).read_text())
     return {"stage": name, "ran": ran, "metrics": values}
+
+
+def _log_output(repo: Path, name: str, command: list[str], returncode: int, output: str):
+    """Append a stage's output to its log; the log's absolute path (None where it cannot be
+    written: the stage's outcome stands)."""
+    from datetime import datetime
+
+    path = (repo / layout.stage_log(name)).resolve()
+    when = datetime.now().astimezone().isoformat(timespec="seconds")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a") as f:
+            f.write(f"=== {when}: {' '.join(command)} (exit status {returncode})\n{output}\n")
+    except OSError:
+        return None
+    return path
 
 
 @task(name="push", task_run_name="push gen-{generation}", retries=2, retry_delay_seconds=10)
@@ -268,6 +329,11 @@ def loop(
     `report`, a run that finishes ends by writing its page (stages.report), logged to the
     loop's MLflow run. With run.push, each generation is pushed when it ends (DVC remote and
     a git commit: flows.runs.push_generation), and the page after it."""
+    with run_lock(Path(repo)):
+        return _loop(repo, generations, more, start, resume_run, report)
+
+
+def _loop(repo, generations, more, start, resume_run, report) -> list[dict]:
     logger = get_run_logger()
     params_path = Path(repo) / "params.yaml"
     if more is not None:

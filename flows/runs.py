@@ -8,6 +8,7 @@ reports/, dvc.lock, mlflow.db. The source tree is itself the default run folder 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
@@ -278,6 +279,21 @@ def completed_generations(repo: Path) -> int:
     return n
 
 
+def _runs_link(repo: Path) -> str:
+    """The MLflow UI's page of the run's training runs (the UI itself without a store yet)."""
+    from stages import tracking
+
+    try:
+        params = tracking.settings(load_params(repo / "params.yaml"), repo / "params.yaml")
+    except ParamsError:
+        params = None
+    if params is None:
+        return tracking.LOCAL_UI
+    ui = tracking.ui_of(tracking.store_uri(params, repo))
+    found = tracking.experiment_id_of(params, repo)
+    return tracking.runs_url(ui, found) if found is not None else ui
+
+
 def where(repo: Path) -> str:
     """Where a run's results are: the champion, the MLflow UI, the reports."""
     import json
@@ -296,10 +312,75 @@ def where(repo: Path) -> str:
             )
         else:
             lines.append("champion:  none yet (no candidate has passed its gate)")
-    lines.append(f"MLflow UI: tengen ui --repo {repo}   (then http://127.0.0.1:5000)")
+    lines.append(f"MLflow UI: tengen ui --repo {repo}   (then {_runs_link(repo)})")
     lines.append(f"reports:   {repo / layout.REPORTS} (selfplay/, train/, gate/, eval/)")
     page = repo / layout.REPORTS / "report" / "index.html"
     if page.is_file():
         lines.append(f"report:    {page}   (tengen report --help)")
     lines.append(f"plots:     cd {repo} && dvc plots show   (then open dvc_plots/index.html)")
     return "\n".join(lines)
+
+
+class RunLocked(RuntimeError):
+    """Another `tengen run` holds the run folder."""
+
+
+_held: dict[Path, list] = {}  # this process's locks: folder -> [open file, depth]
+
+
+@contextlib.contextmanager
+def run_lock(repo: Path, command: str | None = None):
+    """Hold the run folder for this process: a second `tengen run` on it (another terminal)
+    gets RunLocked at once, naming the process that holds it and since when, before it
+    touches anything. The operating system's lock (flock) ends with the process that took it,
+    so a killed run leaves no lock behind, only the file that said who held it. Re-entrant in
+    one process (the CLI takes it, then the loop flow it calls)."""
+    import fcntl
+    import json
+    import socket
+    from datetime import datetime
+
+    key = repo.resolve()
+    if key in _held:
+        _held[key][1] += 1
+        try:
+            yield
+        finally:
+            _held[key][1] -= 1
+        return
+    if not (key / ".dvc").is_dir():
+        raise ParamsError(f"{key} is no run folder (no .dvc/): make one with `tengen run "
+                          "--preset NAME`, or run in the source tree")  # fmt: skip
+    path = key / layout.RUN_LOCK
+    path.parent.mkdir(exist_ok=True)
+    handle = open(path, "a+")  # noqa: SIM115 - held open while the run goes on
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.seek(0)
+        try:
+            holder = json.loads(handle.read() or "{}")
+        except json.JSONDecodeError:
+            holder = {}
+        handle.close()
+        who = f"process {holder.get('pid', '?')} on {holder.get('host', '?')}"
+        raise RunLocked(
+            f"{key} is in use by another tengen run ({who}, started "
+            f"{holder.get('started', '?')}: {holder.get('command', '?')}); wait for it to end "
+            f"or stop it (kill {holder.get('pid', 'PID')}), then run again. This run changed "
+            "nothing."
+        ) from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(json.dumps({
+        "pid": os.getpid(), "host": socket.gethostname(),
+        "started": datetime.now().astimezone().isoformat(timespec="seconds"),
+        "command": command or " ".join(["tengen", *sys.argv[1:]]),
+    }))  # fmt: skip
+    handle.flush()
+    _held[key] = [handle, 1]
+    try:
+        yield
+    finally:
+        del _held[key]
+        handle.close()  # the flock goes with it; the file stays, unlocked

@@ -12,6 +12,8 @@ generator, the loop and the tests all take their paths from here.
     reports/gate/gen-N[-<net>].json and /sgf      gate_report(N, net), gate_games(N, net)
     reports/history/gen-N.json                    history(N)
     reports/eval/gen-N.json, gen-N/, history-...  eval_report(N), eval_games(N), eval_history(N)
+    logs/<stage>.log, logs/tengen-run.log         stage_log(name), RUN_LOG (not DVC's)
+    .dvc/tmp/tengen-run.lock                      RUN_LOCK: one `tengen run` a folder
 
 `net` is None for train.net, whose paths are the plain ones; a net of run.grow has its name in
 its paths (stages.lines).
@@ -31,6 +33,9 @@ MODELS = Path("models")
 REPORTS = Path("reports")
 SELFPLAY = DATA / "selfplay"  # every generation's self-play folder
 WINDOWS = DATA / "windows"
+LOGS = Path("logs")  # what the loop's stages and the loop itself printed, whole
+RUN_LOG = LOGS / "tengen-run.log"
+RUN_LOCK = Path(".dvc") / "tmp" / "tengen-run.lock"  # DVC's own git-ignored scratch folder
 
 
 def _gen(n: int) -> str:
@@ -118,6 +123,11 @@ def eval_report(n: int) -> Path:
 
 def eval_history(n: int) -> Path:
     return REPORTS / "eval" / f"history-{_gen(n)}.json"
+
+
+def stage_log(name: str) -> Path:
+    """What a DVC stage (`evaluate-2`) printed when the loop ran it, each try appended."""
+    return LOGS / f"{name}.log"
 
 
 _MADE_BY = [

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -24,6 +25,7 @@ from flows.loop import (
     loop,
     wait_for_lock_holders,
 )
+from flows.runs import RunLocked
 from play.mlflow_store import tracking_uri_for
 from tests.conftest import make_run_repo, run_in
 
@@ -278,3 +280,130 @@ def test_ctrl_c_and_sigterm_stop_the_loop_and_its_stage_and_the_next_run_resumes
     assert finished.returncode == 0, finished.stderr[-3000:]
     assert "up to date" in run_in(repo, "dvc", "status")
     assert json.loads((repo / "models/gen-0/champion/promotion.json").read_text())["promoted"]
+
+
+def _tengen_run(repo: Path, tmp_path: Path, *args: str, gnugo: bool = True, **popen):
+    """`tengen run` in `repo` as a user runs it (Prefect's own local server, no test harness);
+    without `gnugo`, GNU Go is unfindable: off PATH and outside the folders looked in after it."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API")}
+    env["PREFECT_HOME"] = str(tmp_path / "prefect")
+    if not gnugo:
+        env["PATH"] = f"{Path(sys.executable).parent}:/usr/bin:/bin"
+        env["TENGEN_PROGRAM_DIRS"] = ""
+    command = [sys.executable, "-m", "flows.cli", "run", *args]
+    return subprocess.run(command, cwd=repo, env=env, capture_output=True, text=True,
+                          timeout=900, **popen)  # fmt: skip
+
+
+def _one_evaluated_generation(tmp_path: Path) -> Path:
+    """make_run_repo's run, one generation long and evaluated (against GNU Go level 0 and the
+    random player, GNU Go the referee)."""
+    repo = make_run_repo(tmp_path / "run", code_deps=False, win_fraction=0.0, evaluate_every=1)
+    params = yaml.safe_load((repo / "params.yaml").read_text())
+    params["run"]["generations"] = 1
+    params["evaluate"]["referee"] = "gnugo --mode gtp --chinese-rules"
+    (repo / "params.yaml").write_text(yaml.safe_dump(params))
+    run_in(repo, "git", "commit", "-qam", "one generation")
+    return repo
+
+
+def _without_gnugo(tmp_path: Path) -> subprocess.CompletedProcess:
+    if shutil.which("gnugo", path=f"{Path(sys.executable).parent}:/usr/bin:/bin"):
+        pytest.skip("GNU Go is in /usr/bin here: it cannot be made unfindable")
+    repo = _one_evaluated_generation(tmp_path)
+    done = _tengen_run(repo, tmp_path, gnugo=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+@pytest.mark.slow
+def test_a_run_without_gnugo_evaluates_without_it_and_a_failed_stage_says_so_once(tmp_path):
+    # A bare machine: GNU Go nowhere. The run names it before its first stage, with the
+    # command that installs it, once; trains; evaluates against the rest; ends with exit 0.
+    done = _without_gnugo(tmp_path)
+    repo = tmp_path / "run"
+    warning = "GNU Go (`gnugo`) is not installed: the evaluations leave out gnugo-0"
+    assert done.stderr.count(warning) == 1, done.stderr[-3000:]
+    assert "apt-get install -y gnugo" in done.stderr.split(warning)[1].splitlines()[0]
+    assert done.stderr.index(warning) < done.stderr.index("selfplay-0")
+    assert "Traceback" not in done.stderr
+    report = json.loads((repo / "reports/eval/gen-0.json").read_text())
+    assert [p["opponent"] for p in report["pairings"]] == ["random"]
+    assert {e["opponent"] for e in report["left_out"]} == {"gnugo-0", "referee"}
+    assert report["anchor"] == "random" and set(report["ratings"]) == {"gen-0", "random"}
+    page = (repo / "reports/report/index.html").read_text()
+    assert "Left out of the evaluations" in page and "apt-get install -y gnugo" in page
+    assert "champion:" in done.stdout and "/#/experiments/" in done.stdout
+
+    # A stage that fails (an opponent whose command exits at once: a typo in params.yaml)
+    # ends the run with one block: the stage, its status, its own error line, its log, how
+    # to resume; no Prefect traceback, no message said three times. The log keeps it whole.
+    params = yaml.safe_load((repo / "params.yaml").read_text())
+    params["evaluate"]["opponents"]["typo"] = (
+        f"{sys.executable} -c \"import sys; sys.exit('unknown option --levle')\""
+    )
+    (repo / "params.yaml").write_text(yaml.safe_dump(params))
+    failed = _tengen_run(repo, tmp_path, gnugo=False)
+    assert failed.returncode == 2
+    assert "Traceback" not in failed.stderr and failed.stderr.count("pairing typo") == 1
+    block = failed.stderr[failed.stderr.index("tengen run: evaluate-0 failed") :].splitlines()
+    assert block[0].startswith("tengen run: evaluate-0 failed (exit status 2): evaluate: error: "
+                               "evaluate, pairing typo: engine B exited")  # fmt: skip
+    log = repo / "logs" / "evaluate-0.log"
+    assert block[1] == f"  its whole output: {log}"
+    assert block[2] == "  `tengen run` again resumes at evaluate-0; the stages before it are kept."
+    assert "pairing typo: engine B exited" in log.read_text()
+    assert "Traceback" in (repo / "logs/tengen-run.log").read_text()  # kept whole there
+
+
+@pytest.mark.slow
+@pytest.mark.gnugo
+def test_once_gnugo_is_installed_the_next_run_plays_what_was_left_out(tmp_path, gnugo_path):
+    _without_gnugo(tmp_path)
+    repo = tmp_path / "run"
+    before = json.loads((repo / "reports/eval/gen-0.json").read_text())
+    assert before["left_out"]
+    done = _tengen_run(repo, tmp_path)  # GNU Go where it is installed
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "GNU Go is installed now: evaluate-0 plays again (it left out gnugo-0, referee)" in (
+        done.stderr
+    )
+    report = json.loads((repo / "reports/eval/gen-0.json").read_text())
+    assert [p["opponent"] for p in report["pairings"]] == ["gnugo-0", "random"]
+    assert report["left_out"] == [] and report["anchor"] == "gnugo-0"
+    assert "anchor_wanted" not in report and report["ratings"]["gnugo-0"]["elo"] == 0.0
+    # Only the evaluation ran again; and a third run finds nothing left to play.
+    ran = [line for line in done.stderr.splitlines() if ": ran" in line]
+    assert len(ran) == 1 and "evaluate-0: ran" in ran[0]
+    again = _tengen_run(repo, tmp_path)
+    assert again.returncode == 0 and "plays again" not in again.stderr
+
+
+def test_a_second_run_on_a_folder_in_use_stops_at_once_and_changes_nothing(tmp_path):
+    from flows.runs import run_lock
+
+    repo = make_run_repo(tmp_path / "run", code_deps=False)
+    with run_lock(repo, command="tengen run (the first terminal)"):
+        second = _tengen_run(repo, tmp_path)
+    assert second.returncode == 2
+    [line] = [line for line in second.stderr.splitlines() if line.startswith("tengen run:")]
+    assert f"is in use by another tengen run (process {os.getpid()} on " in line
+    assert "(the first terminal)" in line and f"kill {os.getpid()}" in line
+    assert "started 20" in line  # its start, ISO 8601
+    assert not (repo / "mlflow.db").exists() and not (repo / "data").exists()
+    # A run killed while it held the folder leaves no lock behind: the next one takes it.
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from pathlib import Path; "
+         "from flows.runs import run_lock; cm = run_lock(Path(sys.argv[1])); cm.__enter__(); "
+         "print('held', flush=True); time.sleep(600)", str(repo)],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(RunLocked, match=f"process {holder.pid} on "), run_lock(repo):
+            pass
+    finally:
+        holder.kill()
+        holder.wait()
+    with run_lock(repo):  # stale: taken over
+        assert f'"pid": {os.getpid()}' in (repo / ".dvc/tmp/tengen-run.lock").read_text()
