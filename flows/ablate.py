@@ -469,6 +469,16 @@ def write_plots(ab: Ablation, rep: dict) -> None:
 # -- running it -----------------------------------------------------------------------------
 
 
+def compare_link(ab: Ablation) -> str:
+    """The MLflow UI's compare view of the arms' runs (`mlflow ui` on the ablation's store):
+    their Elo against compute in one chart."""
+    from stages.tracking import LOCAL_UI, compare_url
+
+    summary = _Summary(ab)
+    runs = [summary.run_of(arm) for arm in ab.arms]
+    return compare_url(LOCAL_UI, summary.experiment_id, runs)
+
+
 class _Summary:
     """The ablation's MLflow record: experiment ablate-<name>, one run per arm."""
 

@@ -790,17 +790,17 @@ def serve(
     prefect_serve(dep)
 
 
-@app.command("ui")
+@app.command("ui", rich_help_panel="Look")
 def ui(
     repo: Annotated[str, typer.Option(help="The run's folder (its mlflow.db).")] = ".",
     port: Annotated[int, typer.Option(help="The port to serve on.")] = 5000,
     host: Annotated[str, typer.Option(help="The address to listen on.")] = "127.0.0.1",
 ) -> None:
-    """Open the MLflow UI on the run's tracking store."""
+    """Open the MLflow UI on the run's tracking store, at its training runs."""
     import os
 
     from stages.params import ParamsError, load_params
-    from stages.tracking import settings, store_uri
+    from stages.tracking import experiment_id_of, runs_url, settings, store_uri
 
     try:
         params = settings(load_params(Path(repo) / "params.yaml"), Path(repo) / "params.yaml")
@@ -812,12 +812,15 @@ def ui(
         raise typer.Exit(2)
     uri = store_uri(params, Path(repo).resolve())
     mlflow = str(Path(sys.executable).parent / "mlflow")
-    print(f"MLflow UI on {uri}: http://{host}:{port}", flush=True)
+    found = experiment_id_of(params, Path(repo).resolve())
+    page = f"http://{host}:{port}"
+    print(f"MLflow UI on {uri}: {runs_url(page, found) if found else page}", flush=True)
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")  # a local UI does not phone home
     args = ["ui", "--backend-store-uri", uri, "--host", host, "--port", str(port)]
     os.execv(mlflow, [mlflow, *args])
 
 
-@app.command("data")
+@app.command("data", rich_help_panel="Look")
 def data_report(
     source: Annotated[
         Path,

@@ -24,13 +24,13 @@ from pathlib import Path
 
 from stages import layout
 from stages.cli import InputError
+from stages.tracking import LOCAL_UI
 
 OUT = layout.REPORTS / "report"  # in the run folder: index.html, a PNG per chart, games/
 CHART_KEYS = ("elo-generation", "elo-compute", "win-rates", "losses", "rows", "nets", "gate",
               "data")  # fmt: skip
 PAGE = "index.html"
 GAMES = 4  # games of the latest champion against GNU Go shown on the board
-MLFLOW_UI = "http://127.0.0.1:5000"  # where `tengen ui` serves a run folder's store
 LOSS_TERMS = (
     "total",
     "policy",
@@ -442,14 +442,14 @@ def board_svg(size: int, frame: str, last: list | None = None) -> str:
 # --- MLflow ------------------------------------------------------------------------------
 
 
-def mlflow_links(facts: dict, ui: str = MLFLOW_UI) -> dict:
+def mlflow_links(facts: dict, ui: str = LOCAL_UI) -> dict:
     """The run folder's MLflow runs: {"loops": [(name, url, status)], "stages": {name: url},
     "ui": ..., "store": ...}, or {"error": why} when the store cannot be read. Read only:
     nothing is created in the store."""
     import os
 
     from stages.params import ParamsError
-    from stages.tracking import settings, store_uri, workspace_key
+    from stages.tracking import run_url, runs_url, settings, store_uri, ui_of, workspace_key
 
     try:
         params = settings(facts["params"], facts["repo"] / "params.yaml")
@@ -460,8 +460,7 @@ def mlflow_links(facts: dict, ui: str = MLFLOW_UI) -> dict:
     uri = store_uri(params, facts["repo"])
     if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///") :]).is_file():
         return {"error": f"no MLflow store yet ({uri})"}
-    if uri.startswith(("http://", "https://")):
-        ui = uri.rstrip("/")
+    ui = ui_of(uri, ui)
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     # A tracking server that does not answer: one short try, not MLflow's minutes of retries.
     quick = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
@@ -488,7 +487,7 @@ def mlflow_links(facts: dict, ui: str = MLFLOW_UI) -> dict:
                 os.environ.pop(key, None)
 
     def url(run) -> str:
-        return f"{ui}/#/experiments/{experiment.experiment_id}/runs/{run.info.run_id}"
+        return run_url(ui, experiment.experiment_id, run.info.run_id)
 
     loops, stages = [], {}
     for run in runs:
@@ -501,7 +500,7 @@ def mlflow_links(facts: dict, ui: str = MLFLOW_UI) -> dict:
         "stages": stages,
         "ui": ui,
         "store": uri,
-        "experiment": f"{ui}/#/experiments/{experiment.experiment_id}",
+        "experiment": runs_url(ui, experiment.experiment_id),
     }
 
 
@@ -899,7 +898,7 @@ def write_report(
     out: Path | None = None,
     *,
     games: int = GAMES,
-    mlflow_ui: str = MLFLOW_UI,
+    mlflow_ui: str = LOCAL_UI,
     pngs: bool = True,
 ) -> Path:
     """Write the run's page (and a PNG per chart) to `out` (default reports/report/ in the

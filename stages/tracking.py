@@ -73,9 +73,49 @@ def registered_model_name(params: MlflowParams) -> str:
     return f"{params.registered_model}-{exp}" if exp else params.registered_model
 
 
-# MLflow 3's UI opens an experiment without this tag on its GenAI traces page; tagged, it shows
-# the runs and their charts (the UI's ExperimentKind enum).
+# The experiment's kind for MLflow's own use (the UI's ExperimentKind enum); MLflow 3.17's UI
+# opens an experiment on its GenAI overview all the same, so links go to runs_url().
 EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
+
+LOCAL_UI = "http://127.0.0.1:5000"  # where `tengen ui` serves a run folder's store
+
+
+def ui_of(uri: str, local: str = LOCAL_UI) -> str:
+    """The MLflow UI of a store: a tracking server is its own; a local store's is `local`."""
+    return uri.rstrip("/") if uri.startswith(("http://", "https://")) else local
+
+
+def runs_url(ui: str, experiment_id: str) -> str:
+    """An experiment's training runs in the UI (its bare page is the GenAI overview)."""
+    return f"{ui}/#/experiments/{experiment_id}/runs"
+
+
+def run_url(ui: str, experiment_id: str, run_id: str) -> str:
+    return f"{ui}/#/experiments/{experiment_id}/runs/{run_id}"
+
+
+def compare_url(ui: str, experiment_id: str, run_ids: list[str]) -> str:
+    """The UI's side-by-side view of runs (an ablation's arms): their metrics in one chart."""
+    from urllib.parse import quote
+
+    runs, experiments = json.dumps(run_ids), json.dumps([experiment_id])
+    return f"{ui}/#/compare-runs?runs={quote(runs)}&experiments={quote(experiments)}"
+
+
+def experiment_id_of(params: MlflowParams, base: Path) -> str | None:
+    """The id of the run's experiment in its store, read only (None: no store or experiment
+    yet, or a store that does not answer)."""
+    uri = store_uri(params, base)
+    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///") :]).is_file():
+        return None
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    try:
+        from mlflow import MlflowClient
+
+        found = MlflowClient(uri).get_experiment_by_name(params.experiment)
+    except Exception:  # noqa: BLE001 - a link is a courtesy: without it the line says less
+        return None
+    return found.experiment_id if found is not None else None
 
 
 def experiment(client, name: str, uri: str) -> str:

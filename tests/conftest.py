@@ -63,11 +63,8 @@ def chromium_path() -> str:
     return path
 
 
-def render_offline(chromium: str, page: Path, screenshot: Path | None = None) -> str:
-    """The page's DOM after its scripts ran in headless Chromium with the network off (every
-    host resolves to nothing and every request goes to a closed proxy), as a person would see
-    it on a machine without internet."""
-    args = [
+def _chromium(chromium: str, *network: str) -> list[str]:
+    return [
         chromium,
         "--headless",
         "--no-sandbox",
@@ -75,11 +72,30 @@ def render_offline(chromium: str, page: Path, screenshot: Path | None = None) ->
         "--no-first-run",
         "--disable-background-networking",
         "--disable-component-update",
-        "--proxy-server=http://127.0.0.1:9",
-        "--host-resolver-rules=MAP * ~NOTFOUND",
+        "--disable-sync",
+        *network,
         "--virtual-time-budget=20000",
         f"--user-data-dir={tempfile.mkdtemp(prefix='chromium-')}",
     ]
+
+
+def render_local(chromium: str, url: str) -> str:
+    """The DOM of a page served on this machine (http://127.0.0.1:PORT/...) after its scripts
+    ran in headless Chromium, every other host unreachable."""
+    args = _chromium(chromium, "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1")
+    result = subprocess.run([*args, "--dump-dom", url], capture_output=True, text=True,
+                            timeout=120)  # fmt: skip
+    assert result.returncode == 0 and "<body" in result.stdout, result.stderr[-2000:]
+    return result.stdout
+
+
+def render_offline(chromium: str, page: Path, screenshot: Path | None = None) -> str:
+    """The page's DOM after its scripts ran in headless Chromium with the network off (every
+    host resolves to nothing and every request goes to a closed proxy), as a person would see
+    it on a machine without internet."""
+    args = _chromium(
+        chromium, "--proxy-server=http://127.0.0.1:9", "--host-resolver-rules=MAP * ~NOTFOUND"
+    )
     if screenshot is not None:
         subprocess.run(
             [

@@ -4,6 +4,7 @@ place, and `tengen serve`'s deployment actually running a generation on its sche
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -17,7 +18,7 @@ import yaml
 from flows import runs
 from flows.loop import deployment
 from stages.params import ParamsError, load_params
-from tests.conftest import REPO, make_run_repo, run_in
+from tests.conftest import REPO, make_run_repo, render_local, run_in
 
 
 def test_a_preset_changes_only_what_it_names():
@@ -155,21 +156,36 @@ def test_tengen_serve_serves_the_loop(tmp_path, prefect_api):
 
 
 @pytest.mark.slow
-def test_tengen_ui_serves_the_run_s_store(tmp_path):
+def test_tengen_ui_serves_the_run_s_store_and_opens_on_its_training_runs(tmp_path, chromium_path):
+    # The link `tengen ui` (and `tengen run`) prints shows the run's training runs in a
+    # browser: the experiment's own page would open MLflow 3's GenAI overview (traces,
+    # latency, token usage) whatever its kind tag says.
     import json
     import socket
     import urllib.request
 
+    from mlflow import MlflowClient
+
+    from stages.tracking import experiment
+
     (tmp_path / "params.yaml").write_text((REPO / "params.yaml").read_text())
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(store)
+    exp = experiment(client, "tengen", store)
+    for name in ("loop brave-otter", "selfplay-0", "train-0"):
+        run = client.create_run(exp, run_name=name)
+        client.log_metric(run.info.run_id, "loss.total", 2.5)
+        client.set_terminated(run.info.run_id)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     ui = subprocess.Popen(
         [sys.executable, "-m", "flows.cli", "ui", "--repo", str(tmp_path), "--port", str(port)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True, text=True,
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}/api/2.0/mlflow/experiments/search?max_results=5"
     try:
+        said = ui.stdout.readline()
         for _ in range(120):  # polls, a second apart, until the UI answers
             assert ui.poll() is None, "tengen ui exited"
             try:
@@ -180,10 +196,17 @@ def test_tengen_ui_serves_the_run_s_store(tmp_path):
                 time.sleep(1)
         else:
             pytest.fail("the MLflow UI did not come up")
+        link = said.split(": ", 1)[1].strip()
+        assert link == f"http://127.0.0.1:{port}/#/experiments/{exp}/runs", said
+        dom = render_local(chromium_path, link)
     finally:
         os.killpg(ui.pid, signal.SIGKILL)
         ui.wait()
     assert experiments and (tmp_path / "mlflow.db").exists()  # the run's own store
+    text = re.sub(r"<[^>]+>", " ", re.sub(r"<(script|style)[^>]*>.*?</\1>", "", dom, flags=re.S))
+    for name in ("loop brave-otter", "selfplay-0", "train-0"):
+        assert name in text, f"{name} not on the page {link}"
+    assert "Token Usage" not in text and "Latency" not in text  # not the GenAI overview
     # Tracking off: nothing to show, said plainly.
     params = yaml.safe_load((tmp_path / "params.yaml").read_text())
     params["mlflow"]["enabled"] = False
