@@ -20,13 +20,14 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode="markdown",  # a docstring's paragraphs reflowed to the terminal
 )
 bench_app = typer.Typer(help="Benchmarks, each beside a named baseline measured in the same run.")
-app.add_typer(bench_app, name="bench")
+app.add_typer(bench_app, name="bench", rich_help_panel="Bench")
 nets_app = typer.Typer(help="The networks: sizes and parameter counts.")
-app.add_typer(nets_app, name="nets")
+app.add_typer(nets_app, name="nets", rich_help_panel="Look")
 remote_app = typer.Typer(help="Where a run's data goes off the machine: its DVC remote.")
-app.add_typer(remote_app, name="remote")
+app.add_typer(remote_app, name="remote", rich_help_panel="Train")
 
 
 def _version() -> str:
@@ -133,7 +134,7 @@ def net_player(
         raise typer.BadParameter(str(e), param_hint="--model") from None
 
 
-@app.command()
+@app.command(rich_help_panel="Play")
 def gtp(
     rules: Annotated[
         str, typer.Option(help="Rules preset, KataGo shorthand or JSON.")
@@ -225,7 +226,7 @@ def gtp(
         engine.serve(sys.stdin, sys.stdout)
 
 
-@app.command("eval")
+@app.command("eval", rich_help_panel="Play")
 def evaluate(
     model: Annotated[
         str, typer.Option(help="The net: a checkpoint, a run folder or an MLflow model URI.")
@@ -251,8 +252,10 @@ def evaluate(
     ] = None,
     device: Annotated[str, typer.Option(help="Where the net runs: cpu or cuda.")] = "cpu",
 ) -> None:
-    """Rate a net against GTP engines (GNU Go by default), as the evaluate stage does, outside
-    a run: win rates with 95% intervals and Bradley-Terry Elo against the first opponent."""
+    """Rate a net against GTP engines (GNU Go by default), outside a run.
+
+    As the evaluate stage does: win rates with 95% intervals and Bradley-Terry Elo against
+    the first opponent."""
     from rich.console import Console
     from rich.table import Table
 
@@ -334,7 +337,7 @@ def evaluate(
     console.print(f"games and summary in {out}")
 
 
-@app.command()
+@app.command(rich_help_panel="Play")
 def match(
     engine_a: Annotated[str, typer.Argument(help="Command line of engine A, e.g. 'tengen gtp'.")],
     engine_b: Annotated[
@@ -552,13 +555,13 @@ def _quiet_prefect() -> None:
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "600")
 
 
-@app.command("run")
+@app.command("run", rich_help_panel="Train")
 def run_loop(
     repo: Annotated[
         str | None,
         typer.Option(
             help="The run's folder, a git repository with DVC (default: here, or "
-            "runs/<preset> with --preset)."
+            "runs/PRESET with --preset)."
         ),
     ] = None,
     preset: Annotated[
@@ -572,14 +575,16 @@ def run_loop(
         int | None, typer.Option(help="Set run.generations in the run's params.yaml first.")
     ] = None,
 ) -> None:
-    """Run the training loop (or resume it): every stage of every generation of params.yaml's
-    run, as DVC stages under a Prefect flow, logged to MLflow. Ends by saying where the
-    champion, the MLflow UI and the reports are."""
+    """Run the training loop from zero, or resume it where it stopped.
+
+    Every stage of every generation of params.yaml's run, as DVC stages under a Prefect
+    flow, logged to MLflow; one run a folder at a time. Ends by saying where the champion,
+    the MLflow UI and the reports are."""
     _quiet_prefect()
     from mlflow.exceptions import MlflowException
 
-    from flows.loop import StageFailed, StageInterrupted, loop
-    from flows.runs import create_run, where
+    from flows.loop import StageError, loop, run_logging
+    from flows.runs import RunLocked, create_run, run_lock, where
     from stages.params import ParamsError
 
     folder = Path(repo or (f"runs/{preset}" if preset else "."))
@@ -677,10 +682,12 @@ def remote_add(
     repo: Annotated[str, typer.Option(help="The run's folder.")] = ".",
     name: Annotated[str, typer.Option(help="The remote's name in .dvc/config.")] = "storage",
 ) -> None:
-    """Make URL the run's default DVC remote and set run.push: true in its params.yaml: each
-    generation, once finished, is pushed there (`dvc push`), and dvc.lock and the metrics are
-    committed to the run's git (and pushed where its branch has an upstream). Another machine
-    then gets the run with `git clone` and `dvc pull`."""
+    """Make URL the run's DVC remote: each finished generation is pushed there.
+
+    Sets run.push: true in its params.yaml: each generation, once finished, is pushed there
+    (`dvc push`), and dvc.lock and the metrics are committed to the run's git (and pushed
+    where its branch has an upstream). Another machine then gets the run with `git clone`
+    and `dvc pull`."""
     from flows.runs import add_remote
     from stages.params import ParamsError
 
@@ -693,16 +700,16 @@ def remote_add(
     print(f"{Path(repo) / 'params.yaml'}: run.push: true (each generation pushed when it ends)")
 
 
-@app.command("ablate")
+@app.command("ablate", rich_help_panel="Train")
 def ablate(
     arms: Annotated[
         list[str] | None,
         typer.Argument(
             help="The arms beside the full method: no-forced-playouts, no-global-pooling, "
-            "no-opponent-policy, no-ownership-score, no-go-features, gumbel, fixed-cap-<visits>."
+            "no-opponent-policy, no-ownership-score, no-go-features, gumbel, fixed-cap-VISITS."
         ),
     ] = None,
-    name: Annotated[str, typer.Option(help="The ablation: runs/ablate-<name>.")] = "paper",
+    name: Annotated[str, typer.Option(help="The ablation: runs/ablate-NAME.")] = "paper",
     budget: Annotated[
         float | None,
         typer.Option(help="Self-play network evaluations per arm (a new ablation needs it)."),
@@ -722,15 +729,17 @@ def ablate(
     ] = False,
     list_arms: Annotated[bool, typer.Option("--list", help="List the arms and exit.")] = False,
 ) -> None:
-    """Run the KataGo paper's ablations side by side at matched self-play compute: each arm a
-    run folder under runs/ablate-<name>, evaluated on the same ladder at the same compute
-    points, Elo against compute in MLflow (experiment ablate-<name>) and elo.png. Run again
-    to go on (or with a larger --budget)."""
+    """Run the KataGo paper's ablations side by side at matched self-play compute.
+
+    Each arm is a run folder under runs/ablate-NAME, evaluated on the same ladder at the same
+    compute points: Elo against compute in MLflow (experiment ablate-NAME) and elo.png. Run
+    again to go on (or with a larger --budget)."""
     _quiet_prefect()
     from mlflow.exceptions import MlflowException
 
     from flows import ablate as A
-    from flows.loop import StageFailed, StageInterrupted
+    from flows.loop import StageError, run_logging
+    from flows.runs import RunLocked
     from stages.params import ParamsError
 
     if list_arms:
@@ -774,8 +783,9 @@ def serve(
         typer.Option(help="Generations each scheduled run adds (params: run.serve_generations)."),
     ] = None,
 ) -> None:
-    """Serve the loop as a scheduled Prefect deployment: each run adds generations to the run
-    in --repo. Runs until stopped (Ctrl-C)."""
+    """Serve the loop on a schedule (a Prefect deployment), adding generations each time.
+
+    Each scheduled run adds generations to the run in --repo. Runs until stopped (Ctrl-C)."""
     _quiet_prefect()
     from prefect import serve as prefect_serve
 
@@ -832,8 +842,10 @@ def data_report(
     ],
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
-    """The data-quality report of self-play rows: game lengths and ends, Black's results per
-    komi and rules, policy-target entropy, value calibration, duplicates."""
+    """Print the data-quality report of self-play rows.
+
+    Game lengths and ends, Black's results per komi and rules, policy-target entropy, value
+    calibration, duplicates."""
     from stages import data
     from stages.cli import InputError
 
@@ -851,16 +863,14 @@ def data_report(
         print(data.format_report(report, f"self-play data: {source}"))
 
 
-@app.command("report")
+@app.command("report", rich_help_panel="Look")
 def report(
     repo: Annotated[
         Path, typer.Argument(help="The run's folder (default: here; `make run`'s run).")
     ] = Path("."),
     out: Annotated[
         Path | None,
-        typer.Option(
-            help="Where to write index.html and the PNGs (default: <run>/reports/report)."
-        ),
+        typer.Option(help="Where to write index.html and the PNGs (default: RUN/reports/report)."),
     ] = None,
     games: Annotated[
         int, typer.Option(help="Games of the latest champion against GNU Go to show.")
@@ -872,9 +882,11 @@ def report(
         ),
     ] = "http://127.0.0.1:5000",
 ) -> None:
-    """One self-contained HTML page for a run, that opens without a network: Elo against
-    generation and compute, win rates, losses, window, self-play data, gate, nets, games
-    against GNU Go on a board, and links to the MLflow runs and SGF files; a PNG per chart."""
+    """Write a run's page: one self-contained HTML file that opens without a network.
+
+    Elo against generation and compute, win rates, losses, window, self-play data, gate,
+    nets, games against GNU Go on a board, and links to the MLflow runs and SGF files; a PNG
+    per chart."""
     from stages.cli import InputError
     from stages.report import write_report
 
@@ -893,15 +905,17 @@ def report(
             print(f"tengen report: DVC's plots template not installed: {e}", file=sys.stderr)
 
 
-@app.command("pipeline")
+@app.command("pipeline", rich_help_panel="Train")
 def pipeline(
     params: Annotated[str, typer.Option(help="The params.yaml to read run.generations from.")] = (
         "params.yaml"
     ),
     out: Annotated[str, typer.Option(help="Where to write the DVC pipeline.")] = "dvc.yaml",
 ) -> None:
-    """Write dvc.yaml: every stage of every generation of the run, for `dvc repro`; and, in a
-    DVC repository, the page template with which `dvc plots show` draws offline."""
+    """Write dvc.yaml from params.yaml: every stage of every generation, for `dvc repro`.
+
+    In a DVC repository, also the page template with which `dvc plots show` draws
+    offline."""
     from flows.pipeline import write_dvc_yaml
     from stages.params import ParamsError
     from stages.vega import install_dvc_template
@@ -1061,8 +1075,9 @@ def bench_scale(
         int, typer.Option(min=1, help="Torch and numba threads per worker.")
     ] = 1,
 ) -> None:
-    """One generation's self-play in one process (today's stage) and on a Dask LocalCluster
-    of 1 and 2 workers: games/s, speed-up against the ideal, time not spent playing."""
+    """Self-play in one process and on a Dask LocalCluster of 1 and 2 workers.
+
+    One generation's games: games/s, speed-up against the ideal, time not spent playing."""
     from flows.bench_scale import HEADER, format_row, summary
     from flows.bench_scale import bench_scale as run
     from nets.config import SIZES
@@ -1105,8 +1120,9 @@ def bench_threads(
         "params.yaml"
     ),
 ) -> None:
-    """Self-play idle and beside a busy process: torch's default threads (baseline) against
-    one thread, the two choices of selfplay.threads."""
+    """Self-play with torch's default threads (baseline) against one thread.
+
+    Idle and beside a busy process: the two choices of selfplay.threads."""
     from flows.bench_selfplay import bench_beside_a_busy_process
     from nets.config import SIZES
 
@@ -1144,8 +1160,10 @@ def bench_shuffle(
         bool, typer.Option("--json", help="Print a JSON list instead of a table.")
     ] = False,
 ) -> None:
-    """The window shuffle: the stage's polars engine beside the pyarrow baseline, on the same
-    synthetic history (a window of all of it): rows/min and peak resident memory of each."""
+    """The window shuffle: the stage's polars engine beside the pyarrow baseline.
+
+    On the same synthetic history (a window of all of it): rows/min and peak resident memory
+    of each."""
     import shutil
     import tempfile
 
@@ -1247,6 +1265,19 @@ def _sizes(text: str) -> tuple[int, ...]:
     if not all(2 <= s <= 19 for s in sizes):
         raise typer.BadParameter(f"board sizes are 2..19 (got {text!r})", param_hint="--sizes")
     return sizes
+
+
+# `tengen` lists its commands by use, in this order (typer keeps the order of registration).
+PANELS = ("Train", "Play", "Look", "Bench")
+app.registered_commands.sort(key=lambda command: PANELS.index(command.rich_help_panel))
+
+
+def __getattr__(name: str):
+    """`click_app`: the app as a click command, for the documentation's CLI reference
+    (mkdocs-click); made on demand, so that `tengen` starts without it."""
+    if name == "click_app":
+        return typer.main.get_command(app)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 if __name__ == "__main__":
