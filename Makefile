@@ -42,6 +42,11 @@ bench: setup
 	$(BIN)/tengen bench shuffle
 	$(BIN)/tengen bench scale
 
+# The documentation site (MkDocs over docs/, the CLI reference made from the typer app), served
+# with live reload on http://127.0.0.1:8000.
+docs: setup
+	$(BIN)/mkdocs serve
+
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .

@@ -201,7 +201,7 @@ def test_local_cluster_gives_the_same_files_as_one_process(tmp_path, tiny_model)
 def test_a_standing_cluster_runs_the_shards_on_the_worker_with_the_resource_they_ask(
     tmp_path, tiny_model, prefect_api
 ):
-    """The README's several-machine recipe on one machine: `dask scheduler`, a `dask worker`
+    """docs/cluster.md's several-machine recipe on one machine: `dask scheduler`, a `dask worker`
     and a second started with `--resources GPU=1`, every process on one Prefect API; with
     cluster.address tcp://... and cluster.resources {GPU: 1} every shard runs on the second
     worker (dask.annotate through prefect-dask), and the files are one process's."""

@@ -143,8 +143,8 @@ def check_mlflow(repo, ran: set[str]) -> None:
     assert client.get_model_version_by_alias("tengen", "candidate").version == champion.version
     assert champion.tags["tengen.generation"] == "1" and champion.tags["tengen.net"] == "b4c32"
     assert nested["train-b4c32-1"].data.tags["tengen.net"] == "b4c32"
-    # The registered model is the checkpoint itself: it loads with weights_only, as the
-    # README shows, and there is no pickled model to load.
+    # The registered model is the checkpoint itself: it loads with weights_only, as
+    # docs/pipeline.md shows, and there is no pickled model to load.
     with tracking_uri_for(f"sqlite:///{repo}/mlflow.db"):
         folder = Path(mlflow.artifacts.download_artifacts("models:/tengen@champion"))
     assert sorted(p.name for p in folder.iterdir()) == ["candidate.pt"]
