@@ -89,13 +89,15 @@ def install_hint(program: str) -> str:
     return f" ({command})" if command else ""
 
 
-def missing_line(program: str, what: str) -> str:
-    """One line naming a missing program, what a run does without it, and how to install it."""
+def missing_line(program: str, what: str, where: str | None = None) -> str:
+    """One line naming a missing program (here, or on the machines `where`), what a run does
+    without it, and how to install it."""
     known = KNOWN.get(Path(program).name)
     title = f"{known.title} (`{program}`)" if known else f"`{program}`"
+    on = f" on {where}" if where else ""
     command = install_command(program)
     how = f"; install it with `{command}`" if command else ""
-    return f"{title} is not installed: {what}{how}"
+    return f"{title} is not installed{on}: {what}{how}"
 
 
 def _is_root() -> bool:

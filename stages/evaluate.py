@@ -100,14 +100,12 @@ def dvc(n: int, plan: Plan) -> list[DvcStage]:
 
 
 class MissingProgram(InputError):
-    """An opponent's (or the referee's) program that is not installed, here or on a worker."""
+    """An opponent's (or the referee's) program that is not installed."""
 
-    def __init__(self, program: str, command: str, where: str | None = None):
-        self.program, self.command, self.where = program, command, where
-        on = f" on the worker {where}" if where else ""
-        super().__init__(
-            f"evaluate: `{program}` is not installed{on}{install_hint(program)}: {command!r}"
-        )
+    def __init__(self, program: str, command: str):
+        self.program, self.command = program, command
+        super().__init__(f"evaluate: `{program}` is not installed{install_hint(program)}: "
+                         f"{command!r}")  # fmt: skip
 
 
 TENGEN = "{tengen}"  # in a command line: this installation's CLI
@@ -146,15 +144,16 @@ def missing_programs(params: EvaluateParams) -> dict[str, list[str]]:
     return {p: names for p, names in needed_programs(params).items() if which(p) is None}
 
 
-def without(program: str, names: list[str]) -> str:
-    """One line: `program` is missing, what the evaluation does without it, and its install."""
+def without(program: str, names: list[str], where: str | None = None) -> str:
+    """One line: `program` is missing (here, or on the workers `where`), what the evaluation
+    does without it, and its install."""
     rungs = [n for n in names if n != REFEREE]
     what = []
     if rungs:
         what.append(f"the evaluations leave out {', '.join(rungs)}")
     if REFEREE in names:
         what.append("score without a referee (the dead stones both engines agree on)")
-    return missing_line(program, " and ".join(what))
+    return missing_line(program, " and ".join(what), where)
 
 
 def champion_command(
@@ -239,7 +238,9 @@ class ChunkResult:
     results: list[GameResult]  # none where the opponent's program is missing on the worker
     files: dict[str, bytes]  # what the match wrote (games/*.sgf, logs/), by relative path
     worker: str
-    missing: tuple[str, ...] = ()  # programs not installed on the worker (opponent, referee)
+    # The programs the worker lacked: the opponent's (its games not played), the referee's.
+    opponent_missing: str | None = None
+    referee_missing: str | None = None
     unplayed: int = 0  # games not played for want of the opponent's program
 
 
@@ -264,19 +265,18 @@ def play_chunk(
         def here(command: str) -> str:
             return engine_command(command.replace(FILES, folder))
 
-        missing = []
         try:
-            referee = None
-            try:
-                referee = config.referee and here(config.referee)
-            except MissingProgram as e:
-                missing.append(e.program)
-            config = dataclasses.replace(config, referee=referee or None)
             try:
                 opponent = here(b)
             except MissingProgram as e:
-                return ChunkResult(index, name, [], {}, worker_name(), (*missing, e.program),
-                                   unplayed=len(numbers))  # fmt: skip
+                return ChunkResult(index, name, [], {}, worker_name(),
+                                   opponent_missing=e.program, unplayed=len(numbers))  # fmt: skip
+            referee, referee_missing = None, None
+            try:
+                referee = config.referee and here(config.referee)
+            except MissingProgram as e:
+                referee_missing = e.program
+            config = dataclasses.replace(config, referee=referee or None)
             out = Path(folder) / "out"
             results = play_games(name, here(a), opponent, config, out, numbers)
         except InputError as e:
@@ -284,7 +284,7 @@ def play_chunk(
         back = {
             str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()
         }
-    return ChunkResult(index, name, results, back, worker_name(), tuple(missing))
+    return ChunkResult(index, name, results, back, worker_name(), referee_missing=referee_missing)
 
 
 def pairing_summary(a: str, b: str, results: list[GameResult]) -> dict:
@@ -448,8 +448,8 @@ def run(
             by_name = _on_cluster(champion_path, engines, configs, params, device, io, cluster,
                                   log)  # fmt: skip
             workers = {c.worker for _, back in by_name.values() for c in back}
+            left_out = _left_out_on_workers({n: back for n, (_, back) in by_name.items()})
             for name, (command, chunks_back) in by_name.items():
-                left_out += _left_out_on_workers(name, chunks_back)
                 played = [c for c in chunks_back if c.results]
                 if not played:
                     continue
@@ -525,22 +525,25 @@ def _left_out(name: str, program: str, where: str = HERE, games: int | None = No
     return entry if games is None else {**entry, "games": games}
 
 
-def _left_out_on_workers(name: str, chunks_back: list[ChunkResult]) -> list[dict]:
-    """The left-out entries of one pairing's chunks: the opponent's program (its games that
-    were not played) and the referee's, each with the workers that lacked it."""
+def _left_out_on_workers(chunks: dict[str, list[ChunkResult]]) -> list[dict]:
+    """What the workers left out, from each pairing's chunks: an opponent whose program some
+    lacked (with the games not played and those workers' hosts), and the referee where some
+    played without it (one entry, with every such host)."""
     entries = []
-    by_program: dict[str, list[ChunkResult]] = {}
-    for chunk in chunks_back:
-        for program in chunk.missing:
-            by_program.setdefault(program, []).append(chunk)
-    for program, chunks_missing in by_program.items():
-        where = ", ".join(sorted({_host(c.worker) for c in chunks_missing}))
-        unplayed = [c for c in chunks_missing if not c.results]
-        if unplayed:
-            games = sum(c.unplayed for c in unplayed)
-            entries.append(_left_out(name, program, where, games))
-        if any(c.results for c in chunks_missing):  # played there, without its referee
-            entries.append(_left_out(REFEREE, program, where))
+    no_referee: dict[str, set[str]] = {}  # program -> hosts
+    for name, chunks_back in chunks.items():
+        unplayed: dict[str, list[ChunkResult]] = {}
+        for chunk in chunks_back:
+            if chunk.opponent_missing:
+                unplayed.setdefault(chunk.opponent_missing, []).append(chunk)
+            if chunk.referee_missing:
+                no_referee.setdefault(chunk.referee_missing, set()).add(_host(chunk.worker))
+        for program, chunks_missing in unplayed.items():
+            hosts = ", ".join(sorted({_host(c.worker) for c in chunks_missing}))
+            games = sum(c.unplayed for c in chunks_missing)
+            entries.append(_left_out(name, program, hosts, games))
+    for program, hosts in no_referee.items():
+        entries.append(_left_out(REFEREE, program, ", ".join(sorted(hosts))))
     return entries
 
 
@@ -578,12 +581,9 @@ def _warn_left_out(left_out: list[dict], log) -> None:
     for entry in left_out:
         by_program.setdefault(entry["program"], []).append(entry["opponent"])
     for program, names in by_program.items():
-        where = {e["where"] for e in left_out if e["program"] == program} - {HERE}
-        line = without(program, list(dict.fromkeys(names)))
-        if where:
-            line = line.replace(" is not installed", f" is not installed on {', '.join(where)}")
+        hosts = sorted({e["where"] for e in left_out if e["program"] == program} - {HERE})
         if log is not None:
-            log(f"warning: {line}")
+            log(f"warning: {without(program, names, ', '.join(hosts) or None)}")
 
 
 def rating_anchor(params: EvaluateParams, pairings: list[dict]) -> tuple[str, float]:
@@ -648,7 +648,8 @@ def chart(
             axes[2].plot(*zip(*points, strict=True), marker="o", label=name)
     axes[2].set(xlabel="generation", ylabel="win rate", ylim=(-0.05, 1.05),
                 title="win rate against each opponent")  # fmt: skip
-    axes[2].legend()
+    if axes[2].lines:  # none where every fixed opponent was left out
+        axes[2].legend()
     fig.tight_layout()
     fig.savefig(path, dpi=80)
     plt.close(fig)

@@ -17,6 +17,7 @@ from flows import pipeline
 from nets.checkpoint import save
 from nets.config import net_config
 from nets.model import GoNet
+from play.programs import install_command
 from play.sgf import read_sgf
 from stages import evaluate
 from stages.cli import InputError
@@ -312,9 +313,9 @@ def test_an_opponent_whose_program_is_missing_is_left_out_and_the_rest_rated(tmp
     report = evaluate.run(*evaluate.prepare(params_path, 0), log=said.append)
     assert [p["opponent"] for p in report["pairings"]] == ["random"]
     assert report["left_out"] == [
-        {"opponent": "gnugo-0", "program": "gnugo", "install": "apt-get install -y gnugo",
+        {"opponent": "gnugo-0", "program": "gnugo", "install": install_command("gnugo"),
          "where": "here"},
-        {"opponent": "referee", "program": "gnugo", "install": "apt-get install -y gnugo",
+        {"opponent": "referee", "program": "gnugo", "install": install_command("gnugo"),
          "where": "here"},
     ]  # fmt: skip
     assert (report["anchor"], report["anchor_wanted"]) == ("random", "gnugo-0")
@@ -322,7 +323,7 @@ def test_an_opponent_whose_program_is_missing_is_left_out_and_the_rest_rated(tmp
     [warning] = said
     assert warning.startswith("warning: GNU Go (`gnugo`) is not installed: the evaluations leave "
                               "out gnugo-0 and score without a referee")  # fmt: skip
-    assert warning.endswith("install it with `apt-get install -y gnugo`")
+    assert warning.endswith(f"install it with `{install_command('gnugo')}`")
     # Nothing to play again while GNU Go is missing; once it is found, generation 0's is.
     plan = Plan(1, evaluation=Evaluation(every=1))
     assert evaluate.replays(tmp_path, plan) == {}

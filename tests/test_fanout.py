@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -17,6 +18,7 @@ import psutil
 import pytest
 import yaml
 
+from play.programs import install_command
 from play.sgf import read_sgf
 from stages import selfplay as stage
 from stages.fanout import each_shard_once
@@ -429,12 +431,14 @@ def test_evaluate_on_a_local_cluster_plays_the_games_of_one_process(tmp_path, ti
         referee=None,
     )  # fmt: skip
 
-    def evaluate(folder: Path, generation: int, earlier: str = "") -> subprocess.CompletedProcess:
+    def evaluate(
+        folder: Path, generation: int, earlier: str = "", **env: str
+    ) -> subprocess.CompletedProcess:
         command = [sys.executable, "-m", "stages.evaluate", "--generation", str(generation)]
         command += ["--earlier", earlier] if earlier else []
         return subprocess.run(
-            command, capture_output=True, text=True, env=environment(folder), timeout=600,
-            cwd=folder,
+            command, capture_output=True, text=True, env={**environment(folder), **env},
+            timeout=600, cwd=folder,
         )  # fmt: skip
 
     (base / "params.yaml").write_text(yaml.safe_dump(params))
@@ -461,3 +465,28 @@ def test_evaluate_on_a_local_cluster_plays_the_games_of_one_process(tmp_path, ti
         mine.pop("command")
         assert mine == theirs
     assert here["ratings"] == there["ratings"]
+
+    # Workers without GNU Go (off PATH, outside /usr/games): its rung plays none of its games
+    # there and the referee scores none, each said once; the rest are the same games.
+    folder = tmp_path / "without-gnugo"
+    shutil.copytree(base, folder)
+    params["cluster"]["address"] = "local:2"
+    params["evaluate"]["opponents"]["gnugo-0"] = "gnugo --mode gtp --level 0 --chinese-rules"
+    params["evaluate"]["referee"] = "gnugo --mode gtp --chinese-rules"
+    (folder / "params.yaml").write_text(yaml.safe_dump(params))
+    done = evaluate(folder, 1, "0", PATH=f"{Path(sys.executable).parent}:/usr/bin:/bin",
+                    TENGEN_PROGRAM_DIRS="")  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads((folder / "reports" / "eval" / "gen-1.json").read_text())
+    assert [p["opponent"] for p in report["pairings"]] == ["random", "gen-0"]
+    host = socket.gethostname()
+    assert report["left_out"] == [
+        {"opponent": "gnugo-0", "program": "gnugo", "install": install_command("gnugo"),
+         "where": host, "games": 2},
+        {"opponent": "referee", "program": "gnugo", "install": install_command("gnugo"),
+         "where": host},
+    ]  # fmt: skip
+    warning = f"warning: GNU Go (`gnugo`) is not installed on {host}: the evaluations leave out"
+    assert done.stderr.count(warning) == 1, done.stderr[-3000:]
+    games = folder / "reports" / "eval" / "gen-1"
+    assert {str(p.relative_to(games)): p.read_bytes() for p in games.rglob("*.sgf")} == here_games
