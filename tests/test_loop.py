@@ -23,6 +23,7 @@ from flows.loop import (
     failure,
     generation_summary,
     loop,
+    stage_error,
     wait_for_lock_holders,
 )
 from flows.runs import RunLocked
@@ -183,6 +184,39 @@ def test_killed_stages_are_retried_and_failed_ones_are_not():
     assert failure(1, "failed to run: python -m stages.train, exited with 2") is StageFailed
     assert failure(1, "failed to run: python -m stages.train, exited with 1") is StageFailed
     assert failure(255, "ERROR: unexpected error") is StageFailed
+
+
+def test_a_failed_stage_is_said_in_one_block_with_its_own_last_error_line():
+    dvc = "ERROR: failed to reproduce 'evaluate-2': failed to run: python -m stages.evaluate"
+    log = Path("/run/logs/evaluate-2.log")
+    refused = (
+        "Running stage 'evaluate-2':\n> python -m stages.evaluate --generation 2\n"
+        "evaluate-2: gen-2 vs random: 6 of 10\n"
+        "evaluate: error: evaluate.anchor: 'gnugo-2' is not among evaluate.opponents\n"
+        f"{dvc} --generation 2, exited with 2\n"
+    )
+    error = stage_error("evaluate-2", 255, refused, log)
+    assert isinstance(error, StageFailed)
+    assert str(error).splitlines() == [
+        "evaluate-2 failed (exit status 2): evaluate: error: evaluate.anchor: 'gnugo-2' is not "
+        "among evaluate.opponents",
+        "  its whole output: /run/logs/evaluate-2.log",
+        "  `tengen run` again resumes at evaluate-2; the stages before it are kept.",
+    ]
+    # A crash: Python's last line says what it was. A kill: the signal. DVC's own refusal
+    # (its lock): DVC's line, the only one there is.
+    crash = f"Traceback (most recent call last):\n  ...\nMemoryError: cannot\n{dvc}, exited with 1"
+    assert str(stage_error("train-1", 255, crash, log)).startswith(
+        "train-1 failed (exit status 1): MemoryError: cannot\n"
+    )
+    killed = stage_error("train-1", 255, f"{dvc}, exited with -9", log)
+    assert isinstance(killed, StageInterrupted)
+    assert str(killed).startswith(f"train-1 failed (killed by signal 9): {dvc}, exited with -9")
+    busy = "ERROR: 'reports/history/gen-2.json' is busy, it is being blocked by: (PID 7: dvc)"
+    assert str(stage_error("promote-2", 255, busy, None)).splitlines()[0] == (
+        f"promote-2 failed (exit status 255): {busy}"
+    )
+    assert "its whole output" not in str(stage_error("promote-2", 255, busy, None))
 
 
 def test_the_generation_summary_takes_the_deciding_gate_and_skips_what_is_not_a_number():
