@@ -106,7 +106,7 @@ def net_player(
     if threads < 1:
         raise typer.BadParameter("must be >= 1", param_hint="--threads")
     # One thread each: an engine beside another CPU job (GNU Go in a match, a second engine)
-    # with torch's default threads was measured 20-100x slower.
+    # with torch's default threads runs many times slower (docs/benchmarks.md).
     torch.set_num_threads(threads)
     source = _params_file(params_path)
     try:

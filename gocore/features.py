@@ -1065,8 +1065,8 @@ def encode_order(which: np.ndarray, row_work: np.ndarray) -> np.ndarray:
     short ones. (On the CPU each thread takes a range of rows in order: the order would only
     unbalance them.)"""
     rows = np.flatnonzero(which)
-    # As uint16 numpy sorts by radix: 0.5 ms for 65,536 rows on this CPU, the selection
-    # included (an int32 sort: 3.6 ms). Past 65,535 flood fills, rows tie.
+    # As uint16 numpy sorts by radix, several times faster than an int32 sort
+    # (docs/benchmarks.md). Past 65,535 flood fills, rows tie.
     top = np.iinfo(np.uint16).max
     work = np.minimum(np.asarray(row_work)[rows], top).astype(np.uint16)
     return rows[np.argsort(top - work, kind="stable")].astype(np.int32)

@@ -78,8 +78,8 @@ class Evaluator:
         compile: str = "none",
     ):
         self.device = torch.device(device or next(model.parameters()).device)
-        # channels_last: oneDNN's convolutions on the CPU ran b4c32 at self-play's batch of 96
-        # 1.2-1.4x faster (2,750-3,058 evaluations/s, not 1,928-2,489); tensor cores want it.
+        # channels_last: oneDNN's convolutions run faster so on the CPU at self-play's batch
+        # sizes (docs/results.md, the net's speed-ups); tensor cores want it.
         self.model = model.to(self.device, memory_format=torch.channels_last).eval()
         if dtype not in ("float32", "float16", "bfloat16"):
             raise ValueError(f"dtype must be float32, float16 or bfloat16 (got {dtype})")

@@ -87,8 +87,8 @@ def _interrupt(signum, frame):
 
 def set_threads(threads: int) -> None:
     """The torch CPU threads of this stage's process (its section's `threads`). torch's default,
-    one per core, made the stages' small evaluations 20-100x slower with any other CPU job
-    beside them (self-play: 92 visits/s against 1,104 with one thread)."""
+    one per core, makes the stages' small evaluations many times slower with any other CPU
+    job beside them (docs/benchmarks.md, `tengen bench threads`)."""
     import torch
 
     torch.set_num_threads(threads)

@@ -214,10 +214,10 @@ def polars_deal(plan: list[Source], files: int, base: int, tmp: Path) -> None:
         )  # fmt: skip
 
 
-# Pass 1's memory grows with the streaming engine's morsels times the open buckets: 2 million
-# 9x9 rows into 200 buckets peaked at 1.3 GB with its default morsels, 0.9 GB with 10,000-row
-# ones (15% slower), 0.7 GB with 2,000 (twice as slow). Each bucket's row groups: about
-# _BUFFER_ROWS rows over all of them, at least 1,024 each.
+# Pass 1's memory grows with the streaming engine's morsels times the open buckets: morsels of
+# this many rows hold its peak well below the engine's default ones at a small cost in speed,
+# smaller ones cost much more (docs/benchmarks.md, `tengen bench shuffle`). Each bucket's row
+# groups: about _BUFFER_ROWS rows over all of them, at least 1,024 each.
 _MORSEL_ROWS = 10_000
 _BUFFER_ROWS = 100_000
 

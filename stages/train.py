@@ -116,8 +116,8 @@ def run(params: Params, io: TrainIO) -> dict:
             f"one of the {params.snapshots} snapshots at least one batch of {params.batch_size}"
         )
     model, optimizer_state, samples = _load_state(io.previous, params, device)
-    # channels_last: a training step of b4c32 on 9x9 batches runs about 1.2x faster on the CPU
-    # (oneDNN's convolutions), as on a GPU.
+    # channels_last: a training step runs faster so on the CPU (oneDNN's convolutions), as on
+    # a GPU (docs/results.md, the net's speed-ups).
     model = model.to(memory_format=torch.channels_last)
     optimizer = torch.optim.SGD(
         model.parameters(), lr=params.lr_per_sample, momentum=params.momentum
