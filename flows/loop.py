@@ -65,17 +65,21 @@ class StageInterrupted(StageError):
 _DVC_LINE = re.compile(r"^(ERROR: failed to reproduce|Having any troubles\?|Running stage |"
                        r"Updating lock file|Stage '.*' didn't change|Use `dvc push`)")  # fmt: skip
 _STAGE_ERROR = re.compile(r"^[\w.-]+: (error|MLflow error|stopped)\b")
+_STAGE_WARNING = re.compile(r"^[\w.-]+: warning: (.*)$")
 
 
-def last_error(output: str) -> str:
+def last_error(output: str, killed: bool = False) -> str:
     """The line of a stage's output that says why it failed: its own last error line (a
-    stage's `<stage>: error: ...`), else its last line that is not DVC's, else DVC's."""
+    stage's `<stage>: error: ...`), else, for one that was not `killed` (whose last lines
+    are whatever it was doing), its last line that is not DVC's, else DVC's."""
     lines = [line.strip() for line in output.splitlines() if line.strip()]
     for line in reversed(lines):
         if _STAGE_ERROR.match(line):
             return line
     for line in reversed(lines):
-        if not _DVC_LINE.match(line):
+        if not killed and not _DVC_LINE.match(line):
+            return line
+        if killed and line.startswith("ERROR: "):
             return line
     return lines[-1] if lines else "(no output)"
 
@@ -84,14 +88,15 @@ def stage_error(name: str, returncode: int, output: str, log: Path | None) -> St
     """The error of a stage that ended with `returncode`: StageInterrupted or StageFailed
     (failure()), its message one block: the stage and its exit status, its own last error
     line, where its whole output is, and that running again resumes there."""
-    code = re.search(r"exited with (-?\d+)", output)
+    kind = failure(returncode, output)
+    code = re.search(r"exited with (-?\d+)", output)  # the stage's own status, as dvc says it
     status = int(code.group(1)) if code else returncode
     how = f"killed by signal {-status}" if status < 0 else f"exit status {status}"
-    lines = [f"{name} failed ({how}): {last_error(output)}"]
+    lines = [f"{name} failed ({how}): {last_error(output, kind is StageInterrupted)}"]
     if log is not None:
         lines.append(f"  its whole output: {log}")
-    lines.append(f"  `tengen run` again resumes at {name}; the stages before it are kept.")
-    return failure(returncode, output)("\n".join(lines))
+    lines.append(f"  Run again to resume at {name}; the stages before it are kept.")
+    return kind("\n".join(lines))
 
 
 def _retry_interrupted(task_, task_run, state) -> bool:

@@ -201,7 +201,7 @@ def test_a_failed_stage_is_said_in_one_block_with_its_own_last_error_line():
         "evaluate-2 failed (exit status 2): evaluate: error: evaluate.anchor: 'gnugo-2' is not "
         "among evaluate.opponents",
         "  its whole output: /run/logs/evaluate-2.log",
-        "  `tengen run` again resumes at evaluate-2; the stages before it are kept.",
+        "  Run again to resume at evaluate-2; the stages before it are kept.",
     ]
     # A crash: Python's last line says what it was. A kill: the signal. DVC's own refusal
     # (its lock): DVC's line, the only one there is.
@@ -209,7 +209,8 @@ def test_a_failed_stage_is_said_in_one_block_with_its_own_last_error_line():
     assert str(stage_error("train-1", 255, crash, log)).startswith(
         "train-1 failed (exit status 1): MemoryError: cannot\n"
     )
-    killed = stage_error("train-1", 255, f"{dvc}, exited with -9", log)
+    # A kill mid-work: its last lines are progress, not why it stopped.
+    killed = stage_error("train-1", 255, f"train-1: 40 of 96 steps\n{dvc}, exited with -9", log)
     assert isinstance(killed, StageInterrupted)
     assert str(killed).startswith(f"train-1 failed (killed by signal 9): {dvc}, exited with -9")
     busy = "ERROR: 'reports/history/gen-2.json' is busy, it is being blocked by: (PID 7: dvc)"
@@ -385,7 +386,7 @@ def test_a_run_without_gnugo_evaluates_without_it_and_a_failed_stage_says_so_onc
                                "evaluate, pairing typo: engine B exited")  # fmt: skip
     log = repo / "logs" / "evaluate-0.log"
     assert block[1] == f"  its whole output: {log}"
-    assert block[2] == "  `tengen run` again resumes at evaluate-0; the stages before it are kept."
+    assert block[2] == "  Run again to resume at evaluate-0; the stages before it are kept."
     assert "pairing typo: engine B exited" in log.read_text()
     assert "Traceback" in (repo / "logs/tengen-run.log").read_text()  # kept whole there
 
