@@ -344,6 +344,7 @@ def joint_fit(ab: Ablation, arms: dict[str, list[dict]]) -> dict:
     champions all lose every game to the anchor do not (at its first point, each arm's Elo
     is the same prior-pinned value, whatever it did against the rest of the ladder)."""
     from play.ratings import Pairing, fit
+    from stages.evaluate import rating_anchor
 
     def name(arm: str, player: str) -> str:
         return f"{arm}/{player}" if player.startswith("gen-") else player
@@ -356,7 +357,12 @@ def joint_fit(ab: Ablation, arms: dict[str, list[dict]]) -> dict:
             for q in json.loads(path.read_text())["pairings"]:  # that evaluation's own games
                 games.append(Pairing(name(arm, q["a"]), name(arm, q["b"]), q["games"],
                                      q["a_score"]))  # fmt: skip
-    return fit(games, anchor=settings["anchor"], anchor_elo=float(settings["anchor_elo"]),
+    # Where the anchor never played (its program left out), the evaluate stage's fallback.
+    anchor, anchor_elo = rating_anchor(
+        settings["anchor"], float(settings["anchor_elo"]), list(settings.get("opponents") or []),
+        [{"a": g.a, "b": g.b} for g in games],
+    )  # fmt: skip
+    return fit(games, anchor=anchor, anchor_elo=anchor_elo,
                prior_draws=float(settings["prior_draws"]))  # fmt: skip
 
 

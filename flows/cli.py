@@ -634,10 +634,11 @@ def check(
     import yaml
 
     from flows.runs import SOURCE, preset_params
-    from play.programs import can_install, which
     from play.programs import install as install_programs
+    from play.programs import which, why_not_install
     from stages.evaluate import missing_programs, needed_programs, without
     from stages.params import EvaluateParams, ParamsError, load_params, section
+    from stages.spec import plan_of
 
     folder = Path(repo or (f"runs/{preset}" if preset else "."))
     source = folder / "params.yaml"
@@ -650,15 +651,21 @@ def check(
         else:
             raw = load_params(_params_file(None))
         settings = section(raw, "evaluate", EvaluateParams, source=source)
+        evaluation = plan_of(raw, source).evaluation
     except ParamsError as e:
         print(f"tengen check: {e}", file=sys.stderr)
         raise typer.Exit(2) from None
+    if not evaluation.every and not evaluation.at:
+        if not quiet:
+            print("no evaluation in this run (evaluate.every 0, no evaluate.at): it plays no "
+                  "outside program")  # fmt: skip
+        return
     missing = missing_programs(settings)
     if install and missing:
-        if can_install():
+        if (why := why_not_install()) is None:
             install_programs(list(missing), log=lambda line: print(f"tengen check: {line}"))
         elif not quiet:
-            print("tengen check: cannot install here (not root, and sudo asks for a password)")
+            print(f"tengen check: cannot install here ({why})")
         missing = missing_programs(settings)
     if not quiet:
         for program, names in needed_programs(settings).items():
@@ -759,13 +766,14 @@ def ablate(
             return
         with run_logging(ab.folder):
             rep = A.ablation_flow(name, list(ab.arms), ab.budget, points, preset, ab.base)
+        compare = A.compare_link(ab)
     except (ParamsError, StageError, RunLocked, MlflowException) as e:
         print(f"tengen ablate: {e}", file=sys.stderr)
         raise typer.Exit(2) from None
     print(A.format_report(rep))
     print(f"chart:     {ab.folder / 'elo.png'}   (and: cd {ab.folder} && dvc plots show)")
     print(f"MLflow UI: mlflow ui --backend-store-uri {ab.store()}   (experiment {ab.experiment})")
-    print(f"the arms side by side: {A.compare_link(ab)}")
+    print(f"the arms side by side: {compare}")
 
 
 @app.command("serve", rich_help_panel="Train")
@@ -1267,17 +1275,17 @@ def _sizes(text: str) -> tuple[int, ...]:
     return sizes
 
 
-# `tengen` lists its commands by use, in this order (typer keeps the order of registration).
+# `tengen` lists its commands by use, in this order (typer keeps the order of registration);
+# a command without one of these panels comes last (tests/test_docs.py: there is none).
 PANELS = ("Train", "Play", "Look", "Bench")
-app.registered_commands.sort(key=lambda command: PANELS.index(command.rich_help_panel))
 
 
-def __getattr__(name: str):
-    """`click_app`: the app as a click command, for the documentation's CLI reference
-    (mkdocs-click); made on demand, so that `tengen` starts without it."""
-    if name == "click_app":
-        return typer.main.get_command(app)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+def _panel_order(command) -> int:
+    panel = command.rich_help_panel
+    return PANELS.index(panel) if panel in PANELS else len(PANELS)
+
+
+app.registered_commands.sort(key=_panel_order)
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ from gocore.atomic import write_text
 from stages import data, layout
 from stages.handoff import ENV as SERVER_ENV
 from stages.handoff import REFUSED
-from stages.params import load_params, run_section
+from stages.params import ParamsError, load_params, run_section
 from stages.report import write_report
 from stages.server import serving
 from stages.spec import plan_of
@@ -237,10 +237,12 @@ def run_stage(
     *,
     server: str | None = None,
     force: bool = False,
+    said: tuple[str, ...] = (),
 ) -> dict:
     """Reproduce one DVC stage; returns {"stage", "ran", "metrics"}. With `server` (a stage
     server's socket, stages.server), the stage's command runs in it; with `force`, it runs
-    even where DVC finds it up to date. Its output goes to its log (layout.stage_log)."""
+    even where DVC finds it up to date. Its output goes to its log (layout.stage_log), and
+    its warnings to the loop's, but for those that start with what the loop has `said`."""
     logger = get_run_logger()
     env = _environment(parent_run)
     if server:
@@ -270,9 +272,12 @@ def run_stage(
             logger.warning("%s; trying again", str(error).splitlines()[0])
         raise error
     ran = f"Running stage '{name}'" in output
-    for line in output.splitlines():  # the stage server could not take it: why (it ran anyway)
-        if REFUSED in line:
+    for line in output.splitlines():
+        warning = _STAGE_WARNING.match(line)
+        if REFUSED in line:  # the stage server could not take it: why (it ran anyway)
             logger.warning("%s", line)
+        elif warning and not warning.group(1).startswith(said):
+            logger.warning("%s", line.strip())
     logger.info("%s: %s", name, "ran" if ran else "up to date, skipped")
     values = {}
     if metrics and (Path(repo) / metrics).exists():
@@ -358,7 +363,7 @@ def _loop(repo, generations, more, start, resume_run, report) -> list[dict]:
         logger.info("resuming: dropped %d DVC lock entries of a killed run", dropped)
     if still := wait_for_lock_holders(repo, LOCK_WAIT, logger.info):
         logger.warning("DVC processes %s still hold the run's lock", sorted(still))
-    replay = check_programs(Path(repo), raw, params_path, plan, logger)
+    replay, said = check_programs(Path(repo), raw, params_path, plan, start, logger)
     tracker = Tracker(tracking, Path(repo).resolve()) if tracking is not None else None
     in_source = (Path(repo) / "gocore").is_dir()
     write_dvc_yaml(params_path, Path(repo) / "dvc.yaml", code_deps=in_source)
@@ -393,11 +398,11 @@ def _loop(repo, generations, more, start, resume_run, report) -> list[dict]:
             stages = generation(n, plan)
             for stage in stages:
                 server, force = served.get(SERVER_ENV), stage.name in replay
-                results.append(
-                    run_stage(
-                        stage.name, str(repo), parent, stage.report, server=server, force=force
-                    )
-                )
+                done = run_stage(
+                    stage.name, str(repo), parent, stage.report, server=server, force=force,
+                    said=said,
+                )  # fmt: skip
+                results.append(done)
                 if stage.name == f"shuffle-{n}" and results[-1]["ran"]:  # figures out of range
                     for line in results[-1]["metrics"].get("warnings", []):
                         logger.warning("generation %d's self-play data: %s", n, line)
@@ -442,27 +447,35 @@ def _loop(repo, generations, more, start, resume_run, report) -> list[dict]:
     return results
 
 
-def check_programs(repo: Path, raw: dict, params_path: Path, plan, logger) -> set[str]:
+def check_programs(
+    repo: Path, raw: dict, params_path: Path, plan, start: int, logger
+) -> tuple[set[str], tuple[str, ...]]:
     """Before the first stage: one warning for each outside program the evaluations need
-    that this machine lacks (what they leave out, the command that installs it); and the
-    evaluate stages to play again because a program they left out is installed now (their
-    names). On a cluster the workers' programs count, so only a local one is checked here."""
+    that this machine lacks (what they leave out, the command that installs it), once a
+    process (an ablation's loops); and the evaluate stages from `start` on to play again
+    because a program they left out is installed now (their names). Returns those, and what
+    was said, which the evaluate stage would say again. On a cluster the workers' programs
+    count, so only a local one is checked here."""
     from play.programs import KNOWN
     from stages import evaluate
     from stages.params import ClusterParams, EvaluateParams, section
 
     if not plan.evaluation.every and not plan.evaluation.at:
-        return set()
+        return set(), ()
+    said = []
     cluster = section(raw, "cluster", ClusterParams, source=params_path)
     if cluster.address is None or cluster.address.startswith("local:"):
         settings = section(raw, "evaluate", EvaluateParams, source=params_path)
         for program, names in evaluate.missing_programs(settings).items():
-            logger.warning(
-                "%s; the next `tengen run` after that plays them",
-                evaluate.without(program, names),
-            )
+            line = evaluate.without(program, names)
+            said.append(line)
+            if line not in _warned:
+                logger.warning("%s; the next `tengen run` after that plays them", line)
+                _warned.add(line)
     replay = set()
     for n, entries in evaluate.replays(repo, plan).items():
+        if n < start:
+            continue
         programs = sorted({e["program"] for e in entries})
         titles = [KNOWN[p].title if p in KNOWN else p for p in programs]
         opponents = sorted({e["opponent"] for e in entries})
@@ -472,21 +485,26 @@ def check_programs(repo: Path, raw: dict, params_path: Path, plan, logger) -> se
             ", ".join(opponents),
         )  # fmt: skip
         replay.add(f"evaluate-{n}")
-    return replay
+    return replay, tuple(said)
+
+
+_warned: set[str] = set()  # the missing programs this process has named
 
 
 # A record that carries one of these is said by `tengen run` itself, once.
-_SAID_ONCE = re.compile(r"\b(StageFailed|StageInterrupted|RunLocked)\b")
+_SAID = "StageFailed|StageInterrupted|RunLocked|ParamsError|MlflowException"
+_SAID_ONCE = re.compile(rf"\b({_SAID})\b")
 
 
 class _SaidOnce(logging.Filter):
-    """Prefect's console handler without the records of a stage that stopped the run (the
-    task's failure, its traceback, the flow's, each repeating the stage's message), which
-    `tengen run` says in one block; the run's log keeps them whole."""
+    """Prefect's console handler without the records of an error that `tengen run` says
+    itself, in one block (a failed stage, a held folder, a bad params.yaml value, MLflow's):
+    the task's failure, its traceback and the flow's, each repeating its message; the run's
+    log keeps them whole."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         error = record.exc_info[1] if record.exc_info else None
-        if isinstance(error, StageError | RunLocked):
+        if isinstance(error, StageError | RunLocked | ParamsError):
             return False
         return not _SAID_ONCE.search(record.getMessage())
 

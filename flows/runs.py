@@ -119,7 +119,7 @@ def create_run(
     with output_dir(folder) as tmp:
         write_text(text, tmp / "params.yaml")
         write_dvc_yaml(tmp / "params.yaml", tmp / "dvc.yaml", code_deps=False)
-        write_text("mlflow.db\nmlartifacts/\n", tmp / ".gitignore")
+        write_text("mlflow.db\nmlartifacts/\nlogs/\n", tmp / ".gitignore")
         _run(tmp, "git", "init", "-q")
         _run(tmp, sys.executable, "-m", "dvc", "init", "-q")
         write_text("mlflow.db\nmlartifacts/\n", tmp / ".dvcignore")
@@ -352,11 +352,14 @@ def run_lock(repo: Path, command: str | None = None):
         raise ParamsError(f"{key} is no run folder (no .dvc/): make one with `tengen run "
                           "--preset NAME`, or run in the source tree")  # fmt: skip
     path = key / layout.RUN_LOCK
-    path.parent.mkdir(exist_ok=True)
-    handle = open(path, "a+")  # noqa: SIM115 - held open while the run goes on
+    try:
+        path.parent.mkdir(exist_ok=True)
+        handle = open(path, "a+")  # noqa: SIM115 - held open while the run goes on
+    except OSError as e:
+        raise ParamsError(f"{path}: cannot write the run's lock ({e.strerror})") from None
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
+    except BlockingIOError:
         handle.seek(0)
         try:
             holder = json.loads(handle.read() or "{}")
@@ -370,6 +373,9 @@ def run_lock(repo: Path, command: str | None = None):
             f"or stop it (kill {holder.get('pid', 'PID')}), then run again. This run changed "
             "nothing."
         ) from None
+    except OSError as e:  # a file system without locks (NFS without its lock daemon)
+        print(f"tengen run: warning: {path} cannot be locked ({e.strerror}): a second run on "
+              "this folder would not be stopped", file=sys.stderr)  # fmt: skip
     handle.seek(0)
     handle.truncate()
     handle.write(json.dumps({

@@ -33,6 +33,11 @@ class Program:
 
 KNOWN = {"gnugo": Program("gnugo", "GNU Go", "gnugo", "gnu-go")}
 
+# How a report names what was left out for want of a program (stages.evaluate's `left_out`,
+# the run's page): the referee among the opponents, and this machine among a cluster's hosts.
+REFEREE = "referee"
+HERE = "here"
+
 
 def program_dirs() -> list[str]:
     """The folders looked in after PATH (TENGEN_PROGRAM_DIRS)."""
@@ -115,9 +120,14 @@ def _can_sudo() -> bool:
     return done.returncode == 0
 
 
-def can_install() -> bool:
-    """Whether install() can work here: apt-get, and root or sudo without a password."""
-    return shutil.which("apt-get") is not None and (_is_root() or _can_sudo())
+def why_not_install() -> str | None:
+    """Why install() cannot work here (None: it can): it needs apt-get, and root or sudo
+    without a password."""
+    if shutil.which("apt-get") is None:
+        return "no apt-get on this machine"
+    if not (_is_root() or _can_sudo()):
+        return "not root, and no sudo without a password"
+    return None
 
 
 APT_TIMEOUT = 900  # seconds for apt-get's update, then for its install
@@ -128,9 +138,10 @@ def install(programs: Iterable[str], log: Callable[[str], None] = print) -> list
     one line; apt-get's output goes to the log only where it fails. Returns those found
     afterwards. Unknown programs and a machine where we cannot install are left as they are."""
     packages = {KNOWN[p].debian: p for p in programs if p in KNOWN and which(p) is None}
-    if not packages or not can_install():
+    if not packages or why_not_install() is not None:
         return [p for p in programs if which(p) is not None]
-    sudo = [] if _is_root() else ["sudo", "-n"]
+    # sudo resets the environment: the variable goes inside it, through env.
+    sudo = [] if _is_root() else ["sudo", "-n", "env", "DEBIAN_FRONTEND=noninteractive"]
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     names = " ".join(packages)
     log(f"installing {names} (apt-get install -y {names})")

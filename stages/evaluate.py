@@ -35,6 +35,8 @@ from gocore.rules import PRESETS
 from play.match import EngineStartError, GameResult, Match, MatchConfig, wilson_interval
 from play.models import UNIFORM
 from play.programs import (
+    HERE,
+    REFEREE,
     find_program,
     install_command,
     install_hint,
@@ -119,10 +121,6 @@ def engine_command(command: str) -> str:
     if words and shutil.which(words[0]) is None:
         raise MissingProgram(words[0], command)
     return shlex.join(words)
-
-
-REFEREE = "referee"  # the referee's entry among the programs an evaluation needs
-HERE = "here"  # a program missing in the stage's own process, not on a cluster's worker
 
 
 def needed_programs(params: EvaluateParams) -> dict[str, list[str]]:
@@ -466,7 +464,9 @@ def run(
                 record(name, command, results)
             _warn_left_out(left_out, log)
         all_pairings = [p for r in earlier for p in r["pairings"]] + pairings
-        anchor, anchor_elo = rating_anchor(params, all_pairings)
+        anchor, anchor_elo = rating_anchor(
+            params.anchor, params.anchor_elo, list(params.opponents), all_pairings
+        )
         ratings = {}
         if pairings:  # else every opponent was left out: nothing to rate this time
             try:
@@ -586,14 +586,16 @@ def _warn_left_out(left_out: list[dict], log) -> None:
             log(f"warning: {without(program, names, ', '.join(hosts) or None)}")
 
 
-def rating_anchor(params: EvaluateParams, pairings: list[dict]) -> tuple[str, float]:
-    """The Elo anchor and its Elo: evaluate.anchor where it has played, else (its program
-    left out) the first of evaluate.opponents that has played, else the oldest champion, at
-    Elo 0."""
+def rating_anchor(
+    anchor: str, anchor_elo: float, opponents: list[str], pairings: list[dict]
+) -> tuple[str, float]:
+    """The Elo anchor and its Elo: evaluate.anchor (`anchor`) where it has played in the
+    `pairings`, else (its program left out) the first of `opponents` that has played, else
+    the oldest champion, at Elo 0."""
     played = [x for p in pairings for x in (p["a"], p["b"])]
-    if params.anchor in played or not played:
-        return params.anchor, float(params.anchor_elo)
-    for name in params.opponents:
+    if anchor in played or not played:
+        return anchor, float(anchor_elo)
+    for name in opponents:
         if name in played:
             return name, 0.0
     return played[0], 0.0

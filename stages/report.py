@@ -22,6 +22,7 @@ import json
 import re
 from pathlib import Path
 
+from play.programs import HERE, REFEREE
 from stages import layout
 from stages.cli import InputError
 from stages.tracking import LOCAL_UI
@@ -446,10 +447,17 @@ def mlflow_links(facts: dict, ui: str = LOCAL_UI) -> dict:
     """The run folder's MLflow runs: {"loops": [(name, url, status)], "stages": {name: url},
     "ui": ..., "store": ...}, or {"error": why} when the store cannot be read. Read only:
     nothing is created in the store."""
-    import os
-
     from stages.params import ParamsError
-    from stages.tracking import run_url, runs_url, settings, store_uri, ui_of, workspace_key
+    from stages.tracking import (
+        answering_quickly,
+        run_url,
+        runs_url,
+        settings,
+        store_exists,
+        store_uri,
+        ui_of,
+        workspace_key,
+    )
 
     try:
         params = settings(facts["params"], facts["repo"] / "params.yaml")
@@ -458,33 +466,25 @@ def mlflow_links(facts: dict, ui: str = LOCAL_UI) -> dict:
     if params is None:
         return {"error": "MLflow tracking is off (mlflow.enabled: false)"}
     uri = store_uri(params, facts["repo"])
-    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///") :]).is_file():
+    if not store_exists(uri):
         return {"error": f"no MLflow store yet ({uri})"}
     ui = ui_of(uri, ui)
-    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-    # A tracking server that does not answer: one short try, not MLflow's minutes of retries.
-    quick = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
-    saved = {k: os.environ.get(k) for k in quick}
-    os.environ.update({k: v for k, v in quick.items() if saved[k] is None})
     try:
-        from mlflow import MlflowClient
+        with answering_quickly():
+            from mlflow import MlflowClient
 
-        client = MlflowClient(uri)
-        experiment = client.get_experiment_by_name(params.experiment)
-        if experiment is None:
-            return {"error": f"no experiment {params.experiment!r} in {uri}"}
-        runs = client.search_runs(
-            [experiment.experiment_id],
-            f"tags.`tengen.workspace_key` = '{workspace_key(facts['repo'])}'",
-            max_results=5000,
-            order_by=["attributes.start_time ASC"],
-        )
+            client = MlflowClient(uri)
+            experiment = client.get_experiment_by_name(params.experiment)
+            if experiment is None:
+                return {"error": f"no experiment {params.experiment!r} in {uri}"}
+            runs = client.search_runs(
+                [experiment.experiment_id],
+                f"tags.`tengen.workspace_key` = '{workspace_key(facts['repo'])}'",
+                max_results=5000,
+                order_by=["attributes.start_time ASC"],
+            )
     except Exception as e:  # noqa: BLE001 - any store failure: the page says so, without links
         return {"error": f"MLflow store {uri} cannot be read: {e}"}
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
 
     def url(run) -> str:
         return run_url(ui, experiment.experiment_id, run.info.run_id)
@@ -623,12 +623,12 @@ def _left_out_note(facts: dict) -> str:
         if not left_out:
             continue
         names = ", ".join(
-            "the referee" if e["opponent"] == "referee" else e["opponent"] for e in left_out
+            "the referee" if e["opponent"] == REFEREE else e["opponent"] for e in left_out
         )
         programs = sorted({(e["program"], e.get("install") or "", e["where"]) for e in left_out})
         why = "; ".join(
             f"<code>{_e(p)}</code> is not installed"
-            + ("" if where == "here" else f" on {_e(where)}")
+            + ("" if where == HERE else f" on {_e(where)}")
             + (f" (<code>{_e(install)}</code>)" if install else "")
             for p, install, where in programs
         )

@@ -102,17 +102,38 @@ def compare_url(ui: str, experiment_id: str, run_ids: list[str]) -> str:
     return f"{ui}/#/compare-runs?runs={quote(runs)}&experiments={quote(experiments)}"
 
 
+def store_exists(uri: str) -> bool:
+    """False for a SQLite store not made yet (reading it would make it); True otherwise."""
+    return not uri.startswith("sqlite:///") or Path(uri[len("sqlite:///") :]).is_file()
+
+
+@contextlib.contextmanager
+def answering_quickly() -> Iterator[None]:
+    """A store that is only read for a page or a link: one short try at a tracking server
+    that does not answer, not MLflow's minutes of retries; and no telemetry."""
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    quick = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
+    saved = {k: os.environ.get(k) for k in quick}
+    os.environ.update({k: v for k, v in quick.items() if saved[k] is None})
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+
+
 def experiment_id_of(params: MlflowParams, base: Path) -> str | None:
     """The id of the run's experiment in its store, read only (None: no store or experiment
     yet, or a store that does not answer)."""
     uri = store_uri(params, base)
-    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///") :]).is_file():
+    if not store_exists(uri):
         return None
-    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     try:
-        from mlflow import MlflowClient
+        with answering_quickly():
+            from mlflow import MlflowClient
 
-        found = MlflowClient(uri).get_experiment_by_name(params.experiment)
+            found = MlflowClient(uri).get_experiment_by_name(params.experiment)
     except Exception:  # noqa: BLE001 - a link is a courtesy: without it the line says less
         return None
     return found.experiment_id if found is not None else None

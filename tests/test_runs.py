@@ -214,3 +214,40 @@ def test_tengen_ui_serves_the_run_s_store_and_opens_on_its_training_runs(tmp_pat
     off = subprocess.run([sys.executable, "-m", "flows.cli", "ui", "--repo", str(tmp_path)],
                          capture_output=True, text=True, timeout=60)  # fmt: skip
     assert off.returncode == 2 and "tracking is off" in off.stderr
+
+
+def _check(repo: Path, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "flows.cli", "check", "--repo", str(repo)],
+        capture_output=True, text=True, timeout=120, env={**os.environ, **env},
+    )  # fmt: skip
+
+
+def test_tengen_check_names_a_missing_program_and_what_the_run_leaves_out(tmp_path):
+    (tmp_path / "params.yaml").write_text((REPO / "params.yaml").read_text())
+    bare = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "TENGEN_PROGRAM_DIRS": ""}
+    done = _check(tmp_path, **bare)
+    assert done.returncode == 1, done.stderr
+    assert done.stdout.startswith(
+        "GNU Go (`gnugo`) is not installed: the evaluations leave out gnugo-1 and score without "
+        "a referee"
+    )
+    assert "apt-get install -y gnugo" in done.stdout
+    # A run with no evaluation plays no outside program.
+    params = yaml.safe_load((tmp_path / "params.yaml").read_text())
+    params["evaluate"].update(every=0, at=[])
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    done = _check(tmp_path, **bare)
+    assert done.returncode == 0 and done.stdout.startswith("no evaluation in this run")
+    params["evaluate"]["every"] = "often"
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    done = _check(tmp_path, **bare)
+    assert done.returncode == 2 and "evaluate.every" in done.stderr
+
+
+@pytest.mark.gnugo
+def test_tengen_check_says_where_gnugo_is(tmp_path, gnugo_path):
+    (tmp_path / "params.yaml").write_text((REPO / "params.yaml").read_text())
+    done = _check(tmp_path)
+    assert done.returncode == 0, done.stdout
+    assert done.stdout == f"gnugo: {gnugo_path} (evaluate: gnugo-1, referee)\n"
