@@ -325,7 +325,7 @@ class RunLocked(RuntimeError):
     """Another `tengen run` holds the run folder."""
 
 
-_held: dict[Path, list] = {}  # this process's locks: folder -> [open file, depth]
+_held: dict[Path, object] = {}  # this process's locks: folder -> its open lock file
 
 
 @contextlib.contextmanager
@@ -341,12 +341,8 @@ def run_lock(repo: Path, command: str | None = None):
     from datetime import datetime
 
     key = repo.resolve()
-    if key in _held:
-        _held[key][1] += 1
-        try:
-            yield
-        finally:
-            _held[key][1] -= 1
+    if key in _held:  # taken further up this process: held until that one lets go
+        yield
         return
     if not (key / ".dvc").is_dir():
         raise ParamsError(f"{key} is no run folder (no .dvc/): make one with `tengen run "
@@ -384,7 +380,7 @@ def run_lock(repo: Path, command: str | None = None):
         "command": command or " ".join(["tengen", *sys.argv[1:]]),
     }))  # fmt: skip
     handle.flush()
-    _held[key] = [handle, 1]
+    _held[key] = handle
     try:
         yield
     finally:
