@@ -293,12 +293,22 @@ def _log_output(repo: Path, name: str, command: list[str], returncode: int, outp
     path = (repo / layout.stage_log(name)).resolve()
     when = datetime.now().astimezone().isoformat(timespec="seconds")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        _logs_folder(repo)
         with open(path, "a") as f:
             f.write(f"=== {when}: {' '.join(command)} (exit status {returncode})\n{output}\n")
     except OSError:
         return None
     return path
+
+
+def _logs_folder(repo: Path) -> Path:
+    """The run's logs/, made where missing, ignored by the run's git whatever its .gitignore
+    says (run folders made before it, the source tree): a log is no result to commit."""
+    folder = repo / layout.LOGS
+    folder.mkdir(parents=True, exist_ok=True)
+    if not (folder / ".gitignore").exists():
+        write_text("*\n", folder / ".gitignore")
+    return folder
 
 
 @task(name="push", task_run_name="push gen-{generation}", retries=2, retry_delay_seconds=10)
@@ -519,7 +529,7 @@ def run_logging(repo: Path):
 
     ensure_logging_setup()
     path = (repo / layout.RUN_LOG).resolve()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    _logs_folder(repo)
     to_file = logging.FileHandler(path, encoding="utf-8")
     to_file.setLevel(logging.INFO)
     to_file.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))

@@ -119,7 +119,7 @@ def create_run(
     with output_dir(folder) as tmp:
         write_text(text, tmp / "params.yaml")
         write_dvc_yaml(tmp / "params.yaml", tmp / "dvc.yaml", code_deps=False)
-        write_text("mlflow.db\nmlartifacts/\nlogs/\n", tmp / ".gitignore")
+        write_text("mlflow.db\nmlartifacts/\n", tmp / ".gitignore")
         _run(tmp, "git", "init", "-q")
         _run(tmp, sys.executable, "-m", "dvc", "init", "-q")
         write_text("mlflow.db\nmlartifacts/\n", tmp / ".dvcignore")
