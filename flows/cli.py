@@ -655,7 +655,7 @@ def check(
     except ParamsError as e:
         print(f"tengen check: {e}", file=sys.stderr)
         raise typer.Exit(2) from None
-    if not evaluation.every and not evaluation.at:
+    if not evaluation.scheduled:
         if not quiet:
             print("no evaluation in this run (evaluate.every 0, no evaluate.at): it plays no "
                   "outside program")  # fmt: skip

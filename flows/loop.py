@@ -470,7 +470,7 @@ def check_programs(
     from stages import evaluate
     from stages.params import ClusterParams, EvaluateParams, section
 
-    if not plan.evaluation.every and not plan.evaluation.at:
+    if not plan.evaluation.scheduled:
         return set(), ()
     said = []
     cluster = section(raw, "cluster", ClusterParams, source=params_path)

@@ -25,6 +25,11 @@ class Evaluation:
     past_champions: int = 0
     opponents: tuple[str, ...] = ()  # the fixed opponents' names, for the win-rate plot
 
+    @property
+    def scheduled(self) -> bool:
+        """Whether the run evaluates any generation at all."""
+        return bool(self.every or self.at)
+
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
