@@ -56,11 +56,25 @@ def _params_file(given: Path | None) -> Path:
     return here if here.is_file() else Path(__file__).resolve().parent.parent / "params.yaml"
 
 
-def resolve_model(spec: str, store=None):
+Lineage = Annotated[
+    Path | None,
+    typer.Option(
+        envvar="TENGEN_LINEAGE",
+        help="The run's folder, or a clone of its git: a --model fetched from MLflow is "
+        "played only if its SHA-256 is in the run's history there (default: the run folder "
+        "of a run's own SQLite store).",
+    ),
+]
+
+
+def resolve_model(spec: str, store=None, lineage: Path | None = None):
     """The checkpoint `--model` names (None: uniform): a file, a run folder (its newest
-    champion, stages.layout), or an MLflow URI in the store of params.yaml's mlflow section."""
-    from play.models import ModelError, resolve
-    from stages import layout, tracking
+    champion, stages.layout), or an MLflow URI in the store of params.yaml's mlflow section,
+    played only if the run's lineage (`lineage`, else the run folder of a SQLite store)
+    records its SHA-256 (stages.champions.check_against)."""
+    from play.models import MLFLOW_SCHEMES, ModelError, resolve
+    from stages import champions, layout, tracking
+    from stages.cli import InputError
 
     folder = Path(spec).expanduser()
     if folder.is_dir() and not (folder / layout.CHAMPION).is_file():
@@ -72,7 +86,23 @@ def resolve_model(spec: str, store=None):
             )
         return found
     uri = tracking.store_uri(store, Path.cwd()) if store is not None else None
-    return resolve(spec, tracking_uri=uri)
+    path = resolve(spec, tracking_uri=uri)
+    if spec.startswith(MLFLOW_SCHEMES):
+        import mlflow
+
+        where = uri or mlflow.get_tracking_uri()
+        folder = lineage or champions.lineage_of_store(where)
+        if folder is None:
+            raise ModelError(
+                f"--model {spec}: a checkpoint from the MLflow store {where} is played only "
+                "once the run's own lineage vouches for it: give --lineage DIR (the run's "
+                "folder, or a clone of its git) or set TENGEN_LINEAGE"
+            )
+        try:
+            champions.check_against(path, spec, folder, where)
+        except InputError as e:
+            raise ModelError(str(e)) from None
+    return path
 
 
 def net_player(
@@ -88,6 +118,7 @@ def net_player(
     seed: int | None,
     params_path: Path | None,
     section_name: str = "gate",
+    lineage: Path | None = None,
 ):
     """The network player for `model`, its search knobs (`search`, `leaves_per_game`) from
     params.yaml's gate or evaluate section; typer.BadParameter (exit status 2) for anything
@@ -116,7 +147,7 @@ def net_player(
     except ParamsError as e:
         raise typer.BadParameter(str(e), param_hint="--params") from None
     try:
-        path = resolve_model(model, store)
+        path = resolve_model(model, store, lineage)
         net, model_id = load_evaluator(path, device=device, seed=seed or 0)
         return NetPlayer(
             net,
@@ -147,6 +178,7 @@ def gtp(
             "priors). Without it, --player plays."
         ),
     ] = None,
+    lineage: Lineage = None,
     visits: Annotated[
         int | None, typer.Option(help="Visits per move (default 400 without --seconds).")
     ] = None,
@@ -205,7 +237,7 @@ def gtp(
         chosen = net_player(
             model, visits=visits, seconds=seconds, device=device, threads=threads,
             leaves=leaves, resign_below=resign_below, resign_after=resign_after, seed=seed,
-            params_path=params, section_name=section,
+            params_path=params, section_name=section, lineage=lineage,
         )  # fmt: skip
         chosen.warm_up(size)  # numba's kernels ready before the first command is answered
     else:
@@ -231,6 +263,7 @@ def evaluate(
     model: Annotated[
         str, typer.Option(help="The net: a checkpoint, a run folder or an MLflow model URI.")
     ],
+    lineage: Lineage = None,
     opponent: Annotated[
         list[str],
         typer.Option(
@@ -272,7 +305,7 @@ def evaluate(
         raw = load_params(source)
         base = section(raw, "evaluate", EvaluateParams, source=source)
         store = tracking.settings(raw, source)
-        path = resolve_model(model, store)
+        path = resolve_model(model, store, lineage)
     except ParamsError as e:
         raise typer.BadParameter(str(e), param_hint="--params") from None
     except ModelError as e:

@@ -34,3 +34,24 @@ def tracking_uri_for(uri: str | None) -> Iterator[None]:
         else:
             mlflow.set_tracking_uri(None)  # back to MLflow's default, and unexported
             os.environ.pop("MLFLOW_TRACKING_URI", None)
+
+
+def said(error) -> str:
+    """An MLflow error in one line; a login or a write that the tracking server refused says
+    whose and what to set (never the password)."""
+    code = getattr(error, "error_code", "")
+    text = str(getattr(error, "message", error))
+    user = os.environ.get("MLFLOW_TRACKING_USERNAME")
+    if code == "UNAUTHENTICATED" or "error code 401" in text:
+        who = f"the login of user {user!r}" if user else "a request without a login"
+        return (
+            f"the MLflow tracking server refused {who} (401 Unauthorized): set "
+            "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD to one of its users "
+            "(docs/cluster.md)"
+        )
+    if code == "PERMISSION_DENIED" or "error code 403" in text:
+        return (
+            f"the MLflow tracking server denied user {user!r} a write (403 Forbidden): only "
+            "the loop's user writes the run's experiment and registered model (docs/cluster.md)"
+        )
+    return text.splitlines()[0] if text else type(error).__name__

@@ -10,10 +10,11 @@ folder's newest champion is found by the CLI, which knows the run's layout.)
 from __future__ import annotations
 
 import hashlib
+import os
 import tempfile
 from pathlib import Path
 
-from play.mlflow_store import tracking_uri_for
+from play.mlflow_store import said, tracking_uri_for
 
 CHAMPION = "champion.pt"
 
@@ -23,13 +24,14 @@ class ModelError(ValueError):
 
 
 UNIFORM = "uniform"
+MLFLOW_SCHEMES = ("models:/", "runs:/")
 
 
 def resolve(spec: str, *, tracking_uri: str | None = None) -> Path | None:
     """The checkpoint file that `spec` names (None for `uniform`)."""
     if spec == UNIFORM:
         return None
-    if spec.startswith(("models:/", "runs:/")):
+    if spec.startswith(MLFLOW_SCHEMES):
         return _from_mlflow(spec, tracking_uri)
     path = Path(spec).expanduser()
     if path.is_dir() and (path / CHAMPION).is_file():
@@ -47,6 +49,8 @@ def _from_mlflow(uri: str, tracking_uri: str | None) -> Path:
     # MLflow resolves a models:/ URI in the global registry whatever store the call is
     # given, so the store is set for the call and put back (tracking_uri_for).
     target = Path(tempfile.mkdtemp(prefix="tengen-model-"))
+    # No progress bar on stderr: a GUI shows an engine's stderr as its log.
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     try:
         with tracking_uri_for(tracking_uri):
             local = Path(
@@ -54,8 +58,8 @@ def _from_mlflow(uri: str, tracking_uri: str | None) -> Path:
             )
     except MlflowException as e:
         where = tracking_uri or mlflow.get_tracking_uri()
-        raise ModelError(f"--model {uri}: not found in the MLflow store {where}: "
-                         f"{e.message.splitlines()[0]}") from None  # fmt: skip
+        raise ModelError(f"--model {uri}: not fetched from the MLflow store {where}: "
+                         f"{said(e)}") from None  # fmt: skip
     checkpoints = sorted(local.rglob("*.pt")) if local.is_dir() else [local]
     if not checkpoints:
         raise ModelError(f"--model {uri}: the MLflow model carries no tengen checkpoint (*.pt)")

@@ -3,6 +3,7 @@ against or from, and how big it is; what selfplay, gate, promote and evaluate sh
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from stages import layout
@@ -27,3 +28,67 @@ def previous_champion(generation: int, stage: str) -> Path | None:
             f"generation {generation - 1} first (or pass the model explicitly)"
         )
     return champion_in(layout.champion_dir(generation - 1))
+
+
+# The history rows' keys that give a checkpoint's SHA-256 (stages.promote.digests).
+DIGEST_KEYS = ("champion_sha256", "candidate_sha256")
+
+
+def lineage(folder: Path) -> dict[str, str]:
+    """Every checkpoint the run at `folder` (its run folder, or a clone of its git) made, by
+    SHA-256: what its history rows (reports/history/, committed with dvc.lock) record of
+    each generation's champion and candidates. InputError where there is no such history."""
+    folder = Path(folder).expanduser()
+    files = sorted((folder / layout.history(0)).parent.glob("gen-*.json"))
+    if not files:
+        raise InputError(
+            f"--lineage {folder}: no {layout.history('N')} there; give the run's folder or a "
+            "clone of its git (`git clone head:runs/night`), brought up to date (`git pull`)"
+        )
+    known: dict[str, str] = {}
+    for path in files:
+        try:
+            rows = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise InputError(f"--lineage {folder}: {path} cannot be read ({e})") from None
+        for row in rows if isinstance(rows, list) else []:
+            if not isinstance(row, dict):
+                continue
+            # A champion is named so before the candidate it was (keys are sorted on disk).
+            for key, value in sorted(row.items(), key=lambda kv: not kv[0].startswith("champ")):
+                if key.startswith(DIGEST_KEYS) and isinstance(value, str):
+                    what = "champion" if key.startswith("champion") else "candidate"
+                    net = key[len(f"{what}_sha256") :].lstrip("_")
+                    known.setdefault(value, f"generation {row.get('generation')}'s {what}"
+                                     + (f" ({net})" if net else ""))  # fmt: skip
+    return known
+
+
+def check_against(path: Path, spec: str, folder: Path, where: str) -> str:
+    """What `path` (the checkpoint `spec` fetched from the MLflow store `where`) is in the
+    run's lineage at `folder`; InputError if its SHA-256 is not there."""
+    from gocore.atomic import sha256_file
+
+    known = lineage(folder)
+    digest = sha256_file(path)
+    if digest in known:
+        return known[digest]
+    said = (
+        "its history records no SHA-256 (written before tengen recorded them)"
+        if not known
+        else f"it is none of the {len(known)} checkpoints its history records"
+    )
+    raise InputError(
+        f"--model {spec}: refused: the checkpoint {where} gave (SHA-256 {digest[:16]}...) is "
+        f"not in the run's lineage at {folder}: {said}. Someone who can write to the MLflow "
+        "store may have replaced it; or the lineage is behind the store (`git pull` there)"
+    )
+
+
+def lineage_of_store(uri: str | None) -> Path | None:
+    """The run folder whose own SQLite store `uri` is (its lineage beside it), or None."""
+    prefix = "sqlite:///"
+    if not uri or not uri.startswith(prefix):
+        return None
+    folder = Path(uri[len(prefix) :]).parent
+    return folder if (folder / layout.history(0)).parent.is_dir() else None

@@ -21,7 +21,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from gocore.atomic import output_dir, write_json
+from gocore.atomic import output_dir, sha256_file, write_json
 from nets.checkpoint import load
 from nets.model import parameter_count
 from stages import cli, data, layout
@@ -136,6 +136,7 @@ def run(params: Params, io: PromoteIO) -> dict:
     rows = None
     if io.history is not None:
         rows = history(io, decisions[deciding], chosen is not None, deciding.train_report)
+        rows[-1].update(digests(io, contenders, chosen, previous))
     with output_dir(io.out) as tmp:
         if best is not None:
             size, chosen, net, meta = best
@@ -176,6 +177,24 @@ def run(params: Params, io: PromoteIO) -> dict:
         "champion": champion["id"] if champion else None,
         "champion_net": champion.get("net") if champion else None,
     }
+
+
+def digests(io: PromoteIO, contenders: list[Contender], chosen, previous: dict) -> dict:
+    """The SHA-256 of generation N's champion (`champion_sha256`, none before the first
+    promotion) and of each of its candidates (`candidate_sha256`, `candidate_sha256_<net>`
+    for a grown net's), for the history row: the run's lineage in its git, against which a
+    player checks a checkpoint fetched from MLflow (play.models)."""
+    out = {}
+    if chosen is not None:
+        out["champion_sha256"] = sha256_file(chosen.candidate)
+    elif previous["champion"] is not None and io.previous is not None:
+        source = champion_in(io.previous)
+        if source is not None:
+            out["champion_sha256"] = sha256_file(source)
+    for c in contenders:
+        if c.candidate.is_file():
+            out["candidate_sha256" + (f"_{c.net}" if c.net else "")] = sha256_file(c.candidate)
+    return out
 
 
 def _champion_size(champion: dict | None, folder: Path | None) -> int:

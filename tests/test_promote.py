@@ -9,10 +9,11 @@ import math
 import pytest
 import torch
 
+from gocore.atomic import sha256_file
 from nets.checkpoint import save
 from nets.config import net_config
 from nets.model import GoNet
-from stages import promote
+from stages import champions, promote
 from stages.champions import champion_in
 from stages.lines import size_of
 
@@ -154,6 +155,28 @@ def test_the_history_rows_and_the_champion_elo(tmp_path):
     assert [r["window_rows"] for r in rows] == [100, 200, 300]
     assert [r["loss_total"] for r in rows] == [3.0, 2.0, 1.0]
     assert rows[:2] == json.loads((reports / "history" / "gen-1.json").read_text())
+    # The lineage: each generation's champion (the one before, where none passed) and
+    # candidate by SHA-256, what a player checks a checkpoint from MLflow against.
+    sha = {gen: sha256_file(tmp_path / f"c{gen}.pt") for gen in range(3)}
+    assert [r["candidate_sha256"] for r in rows] == [sha[0], sha[1], sha[2]]
+    assert [r["champion_sha256"] for r in rows] == [sha[0], sha[0], sha[2]]
+    assert sha256_file(tmp_path / "gen-2/champion/champion.pt") == sha[2]
+    known = champions.lineage(tmp_path)
+    assert (
+        known[sha[0]] == "generation 0's champion" and known[sha[1]] == "generation 1's candidate"
+    )
+    assert champions.check_against(tmp_path / "c1.pt", "runs:/x/c", tmp_path, "here") == (
+        "generation 1's candidate"
+    )
+    stranger = _candidate(tmp_path / "stranger.pt", "stranger")
+    refused = r"refused: .* not in the run's lineage at .*: it is none of the 3 checkpoints"
+    with pytest.raises(promote.InputError, match=refused):
+        champions.check_against(stranger, "models:/tengen@champion", tmp_path, "the store")
+    with pytest.raises(promote.InputError, match=r"--lineage .*: no reports/history/gen-N.json"):
+        champions.check_against(stranger, "models:/tengen@champion", tmp_path / "x", "here")
+    assert champions.lineage_of_store(f"sqlite:///{tmp_path}/mlflow.db") == tmp_path
+    assert champions.lineage_of_store(f"sqlite:///{tmp_path}/x/mlflow.db") is None
+    assert champions.lineage_of_store("http://head:5000") is None
     # A generation whose earlier history is missing says which stage to run.
     (reports / "history" / "gen-1.json").unlink()
     with pytest.raises(promote.InputError, match="gen-1.json does not exist; run the promote"):

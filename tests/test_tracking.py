@@ -181,6 +181,6 @@ def test_a_model_fetched_from_a_named_store_leaves_the_process_s_store_alone(
     fetched = resolve("models:/tengen@champion", tracking_uri=uri)
     assert fetched.read_bytes() == tiny_model.read_bytes()
     assert "MLFLOW_TRACKING_URI" not in os.environ and mlflow.get_tracking_uri() == default
-    with pytest.raises(ModelError, match=f"not found in the MLflow store {uri}"):
+    with pytest.raises(ModelError, match=f"not fetched from the MLflow store {uri}"):
         resolve("models:/tengen@candidate", tracking_uri=uri)
     assert "MLFLOW_TRACKING_URI" not in os.environ
