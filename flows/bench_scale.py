@@ -69,7 +69,7 @@ def bench_scale(
             params_path.write_text(yaml.safe_dump({**raw, "selfplay": selfplay}))
             return params_path
 
-        here = ClusterParams(address=None, worker_threads=1, resources={})
+        here = ClusterParams(address=None, worker_threads=1, resources={}, security=None)
         cli.set_threads(raw["selfplay"]["threads"])
         log("warming up numba's kernels in this process ...")
         _play(folder, params_with(1, 2), model, "warm", here)
@@ -87,7 +87,7 @@ def bench_scale(
                     up = time.perf_counter() - start
                     there = ClusterParams(
                         address=cluster.scheduler_address, worker_threads=worker_threads,
-                        resources={},
+                        resources={}, security=None,
                     )  # fmt: skip
                     # Each worker's first shard loads torch and numba's cache: not counted.
                     _play(folder, params_with(workers, workers), model, f"warm-{workers}", there)

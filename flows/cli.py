@@ -28,6 +28,10 @@ nets_app = typer.Typer(help="The networks: sizes and parameter counts.")
 app.add_typer(nets_app, name="nets", rich_help_panel="Look")
 remote_app = typer.Typer(help="Where a run's data goes off the machine: its DVC remote.")
 app.add_typer(remote_app, name="remote", rich_help_panel="Train")
+cluster_app = typer.Typer(
+    help="A cluster that lets no one else in: TLS certificates, logins, MLflow users."
+)
+app.add_typer(cluster_app, name="cluster", rich_help_panel="Train")
 
 
 def _version() -> str:
@@ -46,6 +50,17 @@ def _rules(name: str, komi: float | None):
         return parse_rules(name, komi=komi)
     except RulesError as e:
         raise typer.BadParameter(str(e), param_hint="--rules") from None
+
+
+def _said(error: Exception) -> str:
+    """An error for the console: an MLflow one in one line (a refused login says whose)."""
+    from mlflow.exceptions import MlflowException
+
+    if isinstance(error, MlflowException):
+        from play.mlflow_store import said
+
+        return said(error)
+    return str(error)
 
 
 def _params_file(given: Path | None) -> Path:
@@ -634,7 +649,7 @@ def run_loop(
             print(f"tengen run: the whole log is in {log}", file=sys.stderr, flush=True)
             results = loop(str(folder), generations=generations)
     except (StageError, RunLocked, ParamsError, MlflowException) as e:
-        print(f"tengen run: {e}", file=sys.stderr)
+        print(f"tengen run: {_said(e)}", file=sys.stderr)
         raise typer.Exit(2) from None
     ran = sum(r["ran"] for r in results)
     print(f"{len(results)} stages: {ran} ran, {len(results) - ran} were up to date")
@@ -740,6 +755,90 @@ def remote_add(
     print(f"{Path(repo) / 'params.yaml'}: run.push: true (each generation pushed when it ends)")
 
 
+ClusterFolder = Annotated[
+    Path,
+    typer.Argument(help="A folder outside every repository, such as ~/.tengen/cluster."),
+]
+HeadHost = Annotated[
+    str,
+    typer.Option(
+        "--host",
+        help="The head machine's address on the cluster's private network (name or IP).",
+    ),
+]
+
+
+def _cluster(command: str, work):
+    from flows.cluster import ClusterError
+
+    try:
+        return work()
+    except ClusterError as e:
+        print(f"tengen cluster {command}: {e}", file=sys.stderr)
+        raise typer.Exit(2) from None
+
+
+@cluster_app.command("certs")
+def cluster_certs(
+    folder: ClusterFolder,
+    host: HeadHost,
+    also: Annotated[
+        list[str] | None,
+        typer.Option("--also", help="Another name or address of the head (repeatable)."),
+    ] = None,
+) -> None:
+    """Make the cluster's CA and a TLS certificate and key for the scheduler, the workers and
+    the client, and print how to start the scheduler and the workers with them.
+
+    Dask then refuses every connection without a certificate this CA signed (mutual TLS,
+    `tls://` addresses): no one else can reach the scheduler to run code on the workers. The
+    keys are written mode 600 in a folder of mode 700; nothing is overwritten."""
+    from flows.cluster import certs_howto, make_certs
+
+    made = _cluster("certs", lambda: make_certs(folder, [host, *(also or [])]))
+    print(certs_howto(made, host))
+
+
+@cluster_app.command("secrets")
+def cluster_secrets(folder: ClusterFolder, host: HeadHost) -> None:
+    """Make fresh logins for MLflow and Prefect, in environment files of mode 600, and print
+    how to start the servers, the loop and a player with them.
+
+    server.env for the servers on the head, loop.env for `tengen run` (the MLflow user that
+    alone writes the registry), worker.env for `dask worker` (Prefect's auth string),
+    player.env (a read-only MLflow user), admin.env (MLflow's admin, for `tengen cluster
+    users`), and mlflow-auth.ini (`mlflow server --app-name basic-auth`)."""
+    from flows.cluster import make_secrets, secrets_howto
+
+    made = _cluster("secrets", lambda: make_secrets(folder, host))
+    print(secrets_howto(made, host))
+
+
+@cluster_app.command("users")
+def cluster_users(
+    folder: ClusterFolder,
+    experiment: Annotated[str, typer.Option(help="The run's mlflow.experiment.")] = "tengen",
+    model: Annotated[str, typer.Option(help="The run's mlflow.registered_model.")] = "tengen",
+) -> None:
+    """Make the loop's and the player's users on the running MLflow server of FOLDER's
+    environment files, and the experiment and registered model, managed by the loop's user
+    alone (every other user reads them).
+
+    Run it once the server has started with server.env, before anyone else logs in."""
+    from mlflow.exceptions import MlflowException
+
+    from flows.cluster import make_users
+
+    try:
+        done = _cluster("users", lambda: make_users(folder.expanduser(), experiment=experiment,
+                                                    model=model))  # fmt: skip
+    except MlflowException as e:
+        print(f"tengen cluster users: {_said(e)}", file=sys.stderr)
+        raise typer.Exit(2) from None
+    for line in done:
+        print(line)
+
+
 @app.command("ablate", rich_help_panel="Train")
 def ablate(
     arms: Annotated[
@@ -801,7 +900,7 @@ def ablate(
             rep = A.ablation_flow(name, list(ab.arms), ab.budget, points, preset, ab.base)
         compare = A.compare_link(ab)
     except (ParamsError, StageError, RunLocked, MlflowException) as e:
-        print(f"tengen ablate: {e}", file=sys.stderr)
+        print(f"tengen ablate: {_said(e)}", file=sys.stderr)
         raise typer.Exit(2) from None
     print(A.format_report(rep))
     print(f"chart:     {ab.folder / 'elo.png'}   (and: cd {ab.folder} && dvc plots show)")

@@ -62,7 +62,9 @@ def finish(
         print(f"{stage}: error: {e}; {_rerun(e.path)}", file=sys.stderr)
         return 2
     except MlflowException as e:
-        print(f"{stage}: MLflow error ({params}: mlflow section): {e}", file=sys.stderr)
+        from play.mlflow_store import said
+
+        print(f"{stage}: MLflow error ({params}: mlflow section): {said(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"{stage}: stopped; nothing of this run was kept", file=sys.stderr)

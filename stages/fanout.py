@@ -4,8 +4,10 @@ Prefect tasks on a Dask cluster through prefect-dask's DaskTaskRunner (params.ya
 - `address: null`: the shards run here, one after another (what a stage did before shards).
 - `local:N`: a `distributed.LocalCluster` of N worker processes, started for the stage and
   closed after it.
-- `tcp://host:8786` (any Dask scheduler address): the shards go to that cluster's workers,
-  which must have the same tengen installed.
+- `tls://host:8786` (any Dask scheduler address): the shards go to that cluster's workers,
+  which must have the same tengen installed. A `tls://` scheduler is reached with
+  `cluster.security`'s CA and client certificate (`tengen cluster certs`), and refuses any
+  client without a certificate its CA signed.
 
 A shard is a call of a module-level function with plain arguments (pickled to the worker) that
 returns plain data (its files as bytes): no shared filesystem is needed, and the stage writes
@@ -29,12 +31,13 @@ import os
 import socket
 import time
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 from stages.params import ClusterParams, ParamsError, load_params, section
 
 LOCAL = "local:"
-IN_PROCESS = ClusterParams(address=None, worker_threads=1, resources={})
+IN_PROCESS = ClusterParams(address=None, worker_threads=1, resources={}, security=None)
 
 
 def cluster_params(params_path) -> ClusterParams:
@@ -160,7 +163,36 @@ def task_runner(cluster: ClusterParams, api_url: str | None):
                 "env": env,
             }
         )
-    return DaskTaskRunner(address=address)
+    security = dask_security(cluster)
+    client = {"security": security} if security is not None else None
+    return DaskTaskRunner(address=address, client_kwargs=client)
+
+
+def dask_security(cluster: ClusterParams):
+    """distributed's Security for `cluster.security` (None: a plain scheduler): mutual TLS,
+    this process showing the client certificate. ParamsError for a file that is missing or
+    that this user cannot read."""
+    tls = cluster.security
+    if tls is None:
+        return None
+    from distributed.security import Security
+
+    files = {}
+    for key in ("ca_file", "cert", "key"):
+        path = Path(getattr(tls, key)).expanduser()
+        if not path.is_file() or not os.access(path, os.R_OK):
+            why = "cannot be read by this user" if path.is_file() else "does not exist"
+            raise ParamsError(
+                f"cluster.security.{key}: {path} {why} (`tengen cluster certs DIR` makes the "
+                "CA and the certificates; docs/cluster.md)"
+            )
+        files[key] = str(path)
+    return Security(
+        tls_ca_file=files["ca_file"],
+        tls_client_cert=files["cert"],
+        tls_client_key=files["key"],
+        require_encryption=True,
+    )
 
 
 def _transient(task, task_run, state) -> bool:
@@ -198,7 +230,7 @@ def _on_dask(work, calls: list[dict], *, cluster: ClusterParams, name: str, log)
         return [f.result() for f in futures]
 
     if not cluster.address.startswith(LOCAL):
-        _answers(cluster.address)
+        _answers(cluster)
     with prefect_api(log) as api_url:
         runner = task_runner(cluster, api_url)
         # Dask's own INFO lines (scheduler, nannies, workers) would fill the stage's log. Set
@@ -217,16 +249,20 @@ def _on_dask(work, calls: list[dict], *, cluster: ClusterParams, name: str, log)
 CONNECT_TIMEOUT = "10s"
 
 
-def _answers(address: str) -> None:
-    """ParamsError unless a Dask scheduler answers at `address` (before any Prefect API is
-    started or shard sent)."""
+def _answers(cluster: ClusterParams) -> None:
+    """ParamsError unless a Dask scheduler answers at `cluster.address` (before any Prefect
+    API is started or shard sent)."""
     from distributed import Client
 
+    security = dask_security(cluster)
     try:
-        with Client(address, timeout=CONNECT_TIMEOUT, set_as_default=False):
+        with Client(cluster.address, timeout=CONNECT_TIMEOUT, set_as_default=False,
+                    security=security):  # fmt: skip
             pass
     except OSError as e:
+        tls = " with cluster.security's certificate" if security else ""
         raise ParamsError(
-            f"cluster.address {address}: no Dask scheduler answered ({e}); start one with "
-            "`dask scheduler` and its workers with `dask worker <address>`"
+            f"cluster.address {cluster.address}: no Dask scheduler answered{tls} ({e}); start "
+            "one and its workers as docs/cluster.md says (a TLS scheduler refuses a client "
+            "whose certificate another CA signed, and a plain tcp:// one)"
         ) from None

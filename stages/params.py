@@ -104,7 +104,8 @@ ADDED: dict[str, Any] = {
     "selfplay.compile": "none",
     "gate.compile": "none",
     "run.push": False,
-    "cluster": {"address": None, "worker_threads": 1, "resources": {}},
+    "cluster": {"address": None, "worker_threads": 1, "resources": {}, "security": None},
+    "cluster.security": None,
 }
 
 
@@ -544,8 +545,34 @@ class MlflowParams(Section):
     experiment: str
     registered_model: str
 
+    @field_validator("tracking_uri")
+    @classmethod
+    def _no_password(cls, value: str) -> str:
+        if USERINFO.match(value):
+            raise ValueError(
+                "a tracking URI with a user or password in it would be committed with the "
+                "run; give the URI without them and the login in MLFLOW_TRACKING_USERNAME "
+                "and MLFLOW_TRACKING_PASSWORD (docs/cluster.md)"
+            )
+        return value
+
+
+# scheme://user[:password]@host: a login inside a URI.
+USERINFO = re.compile(r"^[a-z][a-z0-9+.-]*://[^/@]*@", re.IGNORECASE)
+
 
 CLUSTER_ADDRESS = re.compile(r"^(local:[1-9][0-9]*|(tcp|tls|ucx|inproc)://\S+)$")
+TLS = "tls://"
+
+
+class TlsFiles(Section):
+    """`cluster.security`: the files this process shows a TLS scheduler (`tengen cluster
+    certs` makes them): the cluster's CA, and the client's certificate and key, signed by it.
+    Paths, never the keys themselves; `~` is the user's home."""
+
+    ca_file: str
+    cert: str
+    key: str
 
 
 class ClusterParams(Section):
@@ -555,6 +582,7 @@ class ClusterParams(Section):
     address: str | None  # null: this process; local:N: a LocalCluster; tcp://host:8786
     worker_threads: int = Field(ge=1)  # torch and numba threads of a shard on a worker
     resources: dict[str, Real]  # what a shard asks of its worker (dask resources: GPU: 1)
+    security: TlsFiles | None  # a tls:// scheduler's CA and this client's certificate
 
     @field_validator("address")
     @classmethod
@@ -562,9 +590,24 @@ class ClusterParams(Section):
         if value is not None and not CLUSTER_ADDRESS.match(value):
             raise ValueError(
                 "null (this process), local:N (N worker processes here) or a Dask "
-                "scheduler's address such as tcp://host:8786"
+                "scheduler's address such as tls://host:8786"
             )
         return value
+
+    @model_validator(mode="after")
+    def _tls(self) -> ClusterParams:
+        tls = (self.address or "").startswith(TLS)
+        if tls and self.security is None:
+            raise ValueError(
+                f"security: {self.address} is a TLS scheduler; give the files this client "
+                "shows it (ca_file, cert, key: `tengen cluster certs DIR` makes them)"
+            )
+        if self.security is not None and not tls:
+            raise ValueError(
+                f"security: TLS files are for a tls:// scheduler, not {self.address} (a "
+                "local:N cluster stays on this machine's loopback; null runs here)"
+            )
+        return self
 
     @field_validator("resources")
     @classmethod

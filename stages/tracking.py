@@ -33,7 +33,7 @@ from typing import Any
 from gocore.atomic import sha256_file
 from play.mlflow_store import tracking_uri_for
 from stages.layout import MANIFEST
-from stages.params import MlflowParams, ParamsError, load_params, section
+from stages.params import USERINFO, MlflowParams, ParamsError, load_params, section
 
 ENV_PARENT = "TENGEN_MLFLOW_PARENT"
 UNIFORM = "uniform"
@@ -53,6 +53,12 @@ def root() -> Path:
 
 def store_uri(params: MlflowParams, base: Path) -> str:
     uri = os.environ.get("MLFLOW_TRACKING_URI") or params.tracking_uri
+    if USERINFO.match(uri):  # params.yaml's was checked when read
+        raise ParamsError(
+            "MLFLOW_TRACKING_URI: a URI with a user or password in it would be logged; give "
+            "it without them and the login in MLFLOW_TRACKING_USERNAME and "
+            "MLFLOW_TRACKING_PASSWORD (docs/cluster.md)"
+        )
     prefix = "sqlite:///"
     if uri.startswith(prefix) and not uri.startswith(prefix + "/"):
         uri = prefix + str(base / uri[len(prefix) :])

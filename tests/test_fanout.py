@@ -72,6 +72,17 @@ def environment(tmp_path: Path) -> dict[str, str]:
     return env
 
 
+def stop(processes: list[subprocess.Popen]) -> None:
+    """Terminate the processes (the last started first), killing one that lingers."""
+    for p in reversed(processes):
+        p.terminate()
+    for p in processes:
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
 # -- the plan -------------------------------------------------------------------------------
 
 
@@ -251,13 +262,7 @@ def test_a_standing_cluster_runs_the_shards_on_the_worker_with_the_resource_they
         assert metrics["cluster"] == address and metrics["workers"] == 1
         assert [w.rsplit(":", 1)[1] for w in metrics["shard_workers"]] == [str(gpu.pid)] * 3
     finally:
-        for p in reversed(processes):
-            p.terminate()
-        for p in processes:
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop(processes)
 
 
 def _workers(stage_pid: int) -> list[psutil.Process]:
