@@ -29,9 +29,16 @@ def save(model: GoNet, path: str | Path, meta: dict | None = None) -> Path:
         "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()},
         "meta": dict(meta or {}),
     }
-    with atomic_path(path) as tmp:
-        torch.save(payload, tmp)
+    save_file(payload, path)
     return path
+
+
+def save_file(data, path: str | Path) -> None:
+    """torch.save of `data` into `path`, atomically, the same bytes for the same data: saved
+    through a file object, so the zip's inner folder is torch's "archive", not the name of
+    the temporary file (which made every save differ and every DVC hash with it)."""
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        torch.save(data, f)
 
 
 def load(

@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from gocore.atomic import atomic_path, output_dir
-from nets.checkpoint import load, save
+from gocore.atomic import output_dir
+from nets.checkpoint import load, save, save_file
 from nets.model import GoNet, MaskedBatchNorm
 from stages import cli, layout
 from stages.cli import InputError
@@ -190,8 +190,7 @@ def run(params: Params, io: EmaIO) -> dict:
             "config": config.as_dict(),
             "average": {k: v for k, v in model.state_dict().items()},
         }
-        with atomic_path(tmp / "state.pt") as path:
-            torch.save(state, path)
+        save_file(state, tmp / "state.pt")
     return {
         "generation": io.generation,
         "net": config.name,

@@ -26,8 +26,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from gocore.atomic import atomic_path, output_dir, write_json
-from nets.checkpoint import save
+from gocore.atomic import output_dir, write_json
+from nets.checkpoint import save, save_file
 from nets.losses import loss_terms
 from nets.model import GoNet
 from stages import cli, layout
@@ -183,8 +183,7 @@ def run(params: Params, io: TrainIO) -> dict:
             "samples": samples,
             "generation": io.generation,
         }
-        with atomic_path(tmp / "state.pt") as path:
-            torch.save(state, path)
+        save_file(state, tmp / "state.pt")
     seconds = time.perf_counter() - start
     metrics = {
         "generation": io.generation,
