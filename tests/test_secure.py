@@ -10,6 +10,7 @@ import base64
 import contextlib
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -309,7 +310,9 @@ def test_the_secure_recipe_end_to_end(tmp_path, certs, tiny_model):
         worker_env["PYTHONPATH"] = str(REPO)
         with tls_cluster(certs, tmp_path / "dask", worker_env, workers=2) as address:
             params = yaml.safe_load((repo / "params.yaml").read_text())
-            params["selfplay"]["shards"] = 2
+            # The workers' torch threads (cluster.worker_threads) in one process too: other
+            # thread counts sum floats in another order, and the games part ways.
+            params["selfplay"].update(shards=2, threads=1)
             params["cluster"].update(address=address, security=security(certs))
             (repo / "params.yaml").write_text(yaml.safe_dump(params))
             run_in(repo, "git", "commit", "-qam", "on the secure cluster")
@@ -326,6 +329,27 @@ def test_the_secure_recipe_end_to_end(tmp_path, certs, tiny_model):
         for n in (0, 1):
             metrics = json.loads((repo / f"reports/selfplay/gen-{n}.json").read_text())
             assert metrics["cluster"] == address and metrics["workers"] == 2
+        # The same run in one process, its own SQLite store: the same data and models.
+        alone = tmp_path / "alone"
+        # Not the outputs, nor DVC's cache, whose run cache would restore them.
+        left = shutil.ignore_patterns(
+            "data", "models", "reports", "logs", "dvc.lock", "cache", "tmp"
+        )
+        shutil.copytree(repo, alone, ignore=left)
+        params["cluster"].update(address=None, security=None)
+        (alone / "params.yaml").write_text(yaml.safe_dump(params))
+        plain = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "PREFECT_"))}
+        done = tengen("run", "--repo", str(alone), env=plain)
+        assert done.returncode == 0, done.stderr[-4000:]
+        # (promotion.json copies the gate's decision, which says where its games ran.)
+        made, there = ({part: {name: sha for name, sha in files_of(top / part).items()
+                               if not name.endswith("promotion.json")}
+                        for part in ("data", "models")} for top in (repo, alone))  # fmt: skip
+        assert made == there
+        assert {"gen-1/champion/champion.pt", "selfplay/gen-1/part-1.parquet"} <= {
+            *made["models"],
+            *made["data"],
+        }
 
         # The Prefect server saw the run's flows (the loop's and the shards').
         names = {f["name"] for f in post(f"{prefect_url}/flow_runs/filter",
