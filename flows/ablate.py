@@ -223,7 +223,7 @@ def open_ablation(
         raise AblationError(f"{spec_path}: made with preset {old['preset']!r}, not {preset!r}")
     if base is not None and base != old.get("base"):
         raise AblationError(
-            f"{spec_path}: made from {old.get('base') or 'params.yaml'}, not {base}"
+            f"{spec_path}: made from {old.get('base') or layout.PARAMS}, not {base}"
         )
     if points is not None and points != old["points"]:
         raise AblationError(f"{spec_path}: made with {old['points']} points, not {points}")
@@ -250,13 +250,13 @@ def compute(folder: Path, generation: int) -> dict:
 
 def evaluated(folder: Path) -> list[int]:
     """The generations of the arm's params.yaml `evaluate.at`: its compute points so far."""
-    return list(load_params(folder / "params.yaml")["evaluate"].get("at") or [])
+    return list(load_params(folder / layout.PARAMS)["evaluate"].get("at") or [])
 
 
 def set_evaluated(folder: Path, generations: list[int]) -> None:
     """Rewrite `evaluate.at` in the arm's params.yaml (a generated file: plain YAML after its
     header comments, which are kept)."""
-    path = folder / "params.yaml"
+    path = folder / layout.PARAMS
     text = path.read_text()
     header = "".join(line for line in text.splitlines(keepends=True) if line.startswith("#"))
     raw = yaml.safe_load(text)
@@ -349,7 +349,7 @@ def joint_fit(ab: Ablation, arms: dict[str, list[dict]]) -> dict:
     def name(arm: str, player: str) -> str:
         return f"{arm}/{player}" if player.startswith("gen-") else player
 
-    settings = load_params(ab.arm_folder(REFERENCE) / "params.yaml")["evaluate"]
+    settings = load_params(ab.arm_folder(REFERENCE) / layout.PARAMS)["evaluate"]
     games = []
     for arm, pts in arms.items():
         for p in pts:
@@ -571,10 +571,10 @@ def _prepare(ab: Ablation) -> None:
         subprocess.run([sys.executable, "-m", "dvc", "init", "--no-scm", "-q"], cwd=ab.folder,
                        check=True, capture_output=True)  # fmt: skip
     install_dvc_template(ab.folder)  # its chart draws offline
-    base = Path(ab.base) if ab.base else SOURCE / "params.yaml"
+    base = Path(ab.base) if ab.base else SOURCE / layout.PARAMS
     for arm in ab.arms:
         folder = ab.arm_folder(arm)
-        if (folder / "params.yaml").exists():
+        if (folder / layout.PARAMS).exists():
             continue
         what, _ = arm_change(arm)
         try:
@@ -600,7 +600,7 @@ def advance(
         # Its evaluation was stopped or failed (GNU Go missing, a signal): run it again first.
         log(f"{folder.name}: evaluating generation {at[-1]} again (it did not finish)")
         done = completed_generations(folder)
-        run_loop(str(folder), generations=max(done, at[-1] + 1), start=at[-1])
+        run_loop(folder, generations=max(done, at[-1] + 1), start=at[-1])
     for point in points_of(folder):
         if point["evaluations"] >= target:
             return point, False  # reached before (a resumed ablation)
@@ -610,14 +610,14 @@ def advance(
               if compute(folder, k)["selfplay_evaluations"] >= target), None)  # fmt: skip
     while g is None:
         log(f"{folder.name}: generation {done}")
-        run_loop(str(folder), generations=done + 1, start=done)
+        run_loop(folder, generations=done + 1, start=done)
         if compute(folder, done)["selfplay_evaluations"] >= target:
             g = done
         done += 1
     set_evaluated(folder, [*at, g])
     spent = compute(folder, g)["selfplay_evaluations"]
     log(f"{folder.name}: evaluating generation {g} ({spent:,.0f} evaluations)")
-    run_loop(str(folder), generations=max(done, g + 1), start=g)
+    run_loop(folder, generations=max(done, g + 1), start=g)
     return points_of(folder)[-1], True
 
 
@@ -625,7 +625,7 @@ def run(ab: Ablation, *, log: Callable = print) -> dict:
     """Every arm to every compute point, the arms taking turns; the report."""
     from flows.loop import loop, when_stopped
 
-    def arm_loop(repo: str, **kwargs):  # one MLflow loop run an arm, over its loops
+    def arm_loop(repo: Path, **kwargs):  # one MLflow loop run an arm, over its loops
         return loop(repo, resume_run=True, report=False, **kwargs)  # not after each step
 
     _prepare(ab)

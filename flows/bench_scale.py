@@ -18,6 +18,7 @@ from pathlib import Path
 
 import yaml
 
+from play.names import PARAMS
 from stages.params import ClusterParams, load_params
 
 
@@ -46,7 +47,7 @@ def bench_scale(
     net: str = "b4c32",
     games: int = 96,
     shards: int = 2,
-    params_path: str | Path = "params.yaml",
+    params_path: str | Path = PARAMS,
     worker_threads: int = 1,
     log=print,
 ) -> dict:
@@ -62,7 +63,7 @@ def bench_scale(
     with tempfile.TemporaryDirectory(prefix="tengen-bench-scale-") as tmp:
         folder = Path(tmp)
         model = _champion(folder, net)
-        params_path = folder / "params.yaml"
+        params_path = folder / PARAMS
 
         def params_with(shards: int, games_: int = games) -> Path:
             selfplay = dict(raw["selfplay"], shards=shards, games=games_)

@@ -15,6 +15,7 @@ import time
 import numpy as np
 
 from gocore import selfplay as SP
+from play.names import PARAMS
 from stages.params import SelfPlayParams, load_params, section
 
 
@@ -49,7 +50,7 @@ def bench_one(
     slots: int,
     leaves: int,
     seconds: float,
-    params_path: str = "params.yaml",
+    params_path: str = PARAMS,
     device: str = "cpu",
     dtype: str = "float32",
     compile: str = "none",
@@ -317,7 +318,7 @@ def bench_selfplay(
     slots=(32,),
     leaves: int = 2,
     seconds: float = 10.0,
-    params_path: str = "params.yaml",
+    params_path: str = PARAMS,
     device: str = "cpu",
     dtypes=("float32",),
     compiles=("none",),
@@ -388,7 +389,7 @@ def bench_beside_a_busy_process(
     board: int = 9,
     *,
     seconds: float = 5.0,
-    params_path: str = "params.yaml",
+    params_path: str = PARAMS,
     busy: int = 1,
 ) -> list[dict]:
     """Self-play's visits/s on an idle machine and with `busy` CPU-bound processes beside it

@@ -15,6 +15,8 @@ from typing import Annotated
 
 import typer
 
+from play.names import PARAMS
+
 app = typer.Typer(
     help="tengen: learn Go from zero by self-play, as a reproducible pipeline.",
     no_args_is_help=True,
@@ -67,8 +69,8 @@ def _params_file(given: Path | None) -> Path:
     """params.yaml: the one given, else the working folder's, else the source tree's."""
     if given is not None:
         return given
-    here = Path("params.yaml")
-    return here if here.is_file() else Path(__file__).resolve().parent.parent / "params.yaml"
+    here = Path(PARAMS)
+    return here if here.is_file() else Path(__file__).resolve().parent.parent / PARAMS
 
 
 Lineage = Annotated[
@@ -637,17 +639,17 @@ def run_loop(
 
     folder = Path(repo or (f"runs/{preset}" if preset else "."))
     try:
-        if preset and not (folder / "params.yaml").exists():
+        if preset and not (folder / PARAMS).exists():
             create_run(folder, preset)
             print(f"made the run folder {folder} (preset {preset})")
         elif preset:
             print(f"{folder} exists: going on with its params.yaml (--preset makes new folders)")
-        elif not (folder / "params.yaml").is_file():
+        elif not (folder / PARAMS).is_file():
             raise ParamsError(f"{folder.resolve()} holds no params.yaml: not a run folder")
         # The folder is this process's before anything else starts (Prefect, MLflow).
         with run_lock(folder), run_logging(folder) as log:
             print(f"tengen run: the whole log is in {log}", file=sys.stderr, flush=True)
-            results = loop(str(folder), generations=generations)
+            results = loop(folder, generations=generations)
     except (StageError, RunLocked, ParamsError, MlflowException) as e:
         print(f"tengen run: {_said(e)}", file=sys.stderr)
         raise typer.Exit(2) from None
@@ -689,12 +691,12 @@ def check(
     from stages.spec import plan_of
 
     folder = Path(repo or (f"runs/{preset}" if preset else "."))
-    source = folder / "params.yaml"
+    source = folder / PARAMS
     try:
         if source.is_file():
             raw = load_params(source)
         elif preset:  # the run `make run PRESET=...` is about to make
-            raw = yaml.safe_load(preset_params(preset, SOURCE / "params.yaml"))
+            raw = yaml.safe_load(preset_params(preset, SOURCE / PARAMS))
             source = Path(f"preset {preset}")
         else:
             raw = load_params(_params_file(None))
@@ -752,7 +754,7 @@ def remote_add(
         print(f"tengen remote add: {e}", file=sys.stderr)
         raise typer.Exit(2) from None
     print(f"DVC remote {name} (default): {where}")
-    print(f"{Path(repo) / 'params.yaml'}: run.push: true (each generation pushed when it ends)")
+    print(f"{Path(repo) / PARAMS}: run.push: true (each generation pushed when it ends)")
 
 
 ClusterFolder = Annotated[
@@ -953,7 +955,7 @@ def ui(
     from stages.tracking import experiment_id_of, runs_url, settings, store_uri
 
     try:
-        params = settings(load_params(Path(repo) / "params.yaml"), Path(repo) / "params.yaml")
+        params = settings(load_params(Path(repo) / PARAMS), Path(repo) / PARAMS)
     except ParamsError as e:
         print(f"tengen ui: {e}", file=sys.stderr)
         raise typer.Exit(2) from None
@@ -1048,7 +1050,7 @@ def report(
 @app.command("pipeline", rich_help_panel="Train")
 def pipeline(
     params: Annotated[str, typer.Option(help="The params.yaml to read run.generations from.")] = (
-        "params.yaml"
+        PARAMS
     ),
     out: Annotated[str, typer.Option(help="Where to write the DVC pipeline.")] = "dvc.yaml",
 ) -> None:
@@ -1082,9 +1084,7 @@ def bench_selfplay(
         str, typer.Option(help="Games played at once; several, comma separated, in one process.")
     ] = "32",
     leaves: Annotated[int, typer.Option(help="Leaves per game per network batch.")] = 2,
-    params: Annotated[str, typer.Option(help="The params.yaml to take selfplay from.")] = (
-        "params.yaml"
-    ),
+    params: Annotated[str, typer.Option(help="The params.yaml to take selfplay from.")] = PARAMS,
     device: Annotated[
         str, typer.Option(help="Where the search, the rules and the network run: cpu or cuda.")
     ] = "cpu",
@@ -1208,9 +1208,7 @@ def bench_scale(
     net: Annotated[str, typer.Option(help="The net (random init).")] = "b4c32",
     games: Annotated[int, typer.Option(help="Games per measurement.")] = 96,
     shards: Annotated[int, typer.Option(help="Shards on the cluster (one process: 1).")] = 2,
-    params: Annotated[str, typer.Option(help="The params.yaml to take selfplay from.")] = (
-        "params.yaml"
-    ),
+    params: Annotated[str, typer.Option(help="The params.yaml to take selfplay from.")] = PARAMS,
     worker_threads: Annotated[
         int, typer.Option(min=1, help="Torch and numba threads per worker.")
     ] = 1,
@@ -1256,9 +1254,7 @@ def bench_threads(
     board: Annotated[int, typer.Option(help="Board size.")] = 9,
     seconds: Annotated[float, typer.Option(help="Seconds per measurement.")] = 5.0,
     busy: Annotated[int, typer.Option(help="CPU-bound processes beside it.")] = 1,
-    params: Annotated[str, typer.Option(help="The params.yaml to take selfplay from.")] = (
-        "params.yaml"
-    ),
+    params: Annotated[str, typer.Option(help="The params.yaml to take selfplay from.")] = PARAMS,
 ) -> None:
     """Self-play with torch's default threads (baseline) against one thread.
 

@@ -31,6 +31,7 @@ from flows.runs import (
     RunLocked,
     check_push,
     completed_generations,
+    is_source_tree,
     push_generation,
     run_lock,
     set_generations,
@@ -231,7 +232,7 @@ def failure(returncode: int, output: str) -> type[RuntimeError]:
 )
 def run_stage(
     name: str,
-    repo: str,
+    repo: Path,
     parent_run: str | None = None,
     metrics: str | None = None,
     *,
@@ -264,7 +265,7 @@ def run_stage(
         output, _ = process.communicate()
     finally:
         _running["stage"] = None
-    log = _log_output(Path(repo), name, command, process.returncode, output)
+    log = _log_output(repo, name, command, process.returncode, output)
     if process.returncode != 0:
         error = stage_error(name, process.returncode, output, log)
         tries = get_run_context().task_run.run_count
@@ -280,8 +281,8 @@ def run_stage(
             logger.warning("%s", line.strip())
     logger.info("%s: %s", name, "ran" if ran else "up to date, skipped")
     values = {}
-    if metrics and (Path(repo) / metrics).exists():
-        values = json.loads((Path(repo) / metrics).read_text())
+    if metrics and (repo / metrics).exists():
+        values = json.loads((repo / metrics).read_text())
     return {"stage": name, "ran": ran, "metrics": values}
 
 
@@ -312,12 +313,12 @@ def _logs_folder(repo: Path) -> Path:
 
 
 @task(name="push", task_run_name="push gen-{generation}", retries=2, retry_delay_seconds=10)
-def push(repo: str, generation: int, message: str | None = None) -> list[str]:
+def push(repo: Path, generation: int, message: str | None = None) -> list[str]:
     """A finished generation to the run's remotes (run.push): flows.runs.push_generation. A
     push that fails three times stops the run (its generation stays done here)."""
     logger = get_run_logger()
     try:
-        done = push_generation(Path(repo), generation, message)
+        done = push_generation(repo, generation, message)
     except PushError as e:
         raise StageFailed(str(e)) from None
     for line in done:
@@ -327,7 +328,7 @@ def push(repo: str, generation: int, message: str | None = None) -> list[str]:
 
 @flow(name="tengen-loop")
 def loop(
-    repo: str = ".",
+    repo: Path = Path("."),
     generations: int | None = None,
     more: int | None = None,
     start: int = 0,
@@ -349,15 +350,15 @@ def loop(
     `report`, a run that finishes ends by writing its page (stages.report), logged to the
     loop's MLflow run. With run.push, each generation is pushed when it ends (DVC remote and
     a git commit: flows.runs.push_generation), and the page after it."""
-    with run_lock(Path(repo)):
+    with run_lock(repo):
         return _loop(repo, generations, more, start, resume_run, report)
 
 
-def _loop(repo, generations, more, start, resume_run, report) -> list[dict]:
+def _loop(repo: Path, generations, more, start, resume_run, report) -> list[dict]:
     logger = get_run_logger()
-    params_path = Path(repo) / "params.yaml"
+    params_path = repo / layout.PARAMS
     if more is not None:
-        generations = completed_generations(Path(repo)) + more
+        generations = completed_generations(repo) + more
     if generations is not None:
         set_generations(params_path, generations)
     raw = load_params(params_path)
@@ -365,7 +366,7 @@ def _loop(repo, generations, more, start, resume_run, report) -> list[dict]:
     count = plan.generations
     pushed = run_section(raw, params_path).push
     if pushed:
-        check_push(Path(repo))
+        check_push(repo)
     tracking = settings(raw, params_path)  # a bad `mlflow:` section fails here, before a wait
     # A killed loop's stage may still be ending (its dvc holds the lock): it writes its MLflow
     # run as it ends, and the store is not opened beside it.
@@ -373,12 +374,12 @@ def _loop(repo, generations, more, start, resume_run, report) -> list[dict]:
         logger.info("resuming: dropped %d DVC lock entries of a killed run", dropped)
     if still := wait_for_lock_holders(repo, LOCK_WAIT, logger.info):
         logger.warning("DVC processes %s still hold the run's lock", sorted(still))
-    replay, said = check_programs(Path(repo), raw, params_path, plan, start, logger)
-    tracker = Tracker(tracking, Path(repo).resolve()) if tracking is not None else None
-    in_source = (Path(repo) / "gocore").is_dir()
-    write_dvc_yaml(params_path, Path(repo) / "dvc.yaml", code_deps=in_source)
+    replay, said = check_programs(repo, raw, params_path, plan, start, logger)
+    tracker = Tracker(tracking, repo.resolve()) if tracking is not None else None
+    in_source = is_source_tree(repo)
+    write_dvc_yaml(params_path, repo / "dvc.yaml", code_deps=in_source)
     try:  # `dvc plots show` draws offline: the chart scripts inlined in DVC's page
-        install_dvc_template(Path(repo))
+        install_dvc_template(repo)
     except Exception as e:  # noqa: BLE001 - a page template never stops a training run
         logger.warning("DVC's plots template not installed: %s", e)
     parent = None
@@ -409,7 +410,7 @@ def _loop(repo, generations, more, start, resume_run, report) -> list[dict]:
             for stage in stages:
                 server, force = served.get(SERVER_ENV), stage.name in replay
                 done = run_stage(
-                    stage.name, str(repo), parent, stage.report, server=server, force=force,
+                    stage.name, repo, parent, stage.report, server=server, force=force,
                     said=said,
                 )  # fmt: skip
                 results.append(done)
@@ -438,7 +439,7 @@ def _loop(repo, generations, more, start, resume_run, report) -> list[dict]:
                 f"{champion['id']} ({champion.get('net', '?')})" if champion else "none yet",
             )
             if pushed:
-                push(str(repo), n)
+                push(repo, n)
         status = "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"
@@ -451,9 +452,9 @@ def _loop(repo, generations, more, start, resume_run, report) -> list[dict]:
         if tracker is not None:
             tracker.client.set_terminated(parent, status)
     if report:  # the run is done (and its MLflow run FINISHED): its page
-        report_run(Path(repo), tracker, parent, logger)
+        report_run(repo, tracker, parent, logger)
         if pushed:
-            push(str(repo), count - 1, "the run's page")
+            push(repo, count - 1, "the run's page")
     return results
 
 
@@ -672,7 +673,7 @@ def deployment(
     from stages.params import ParamsError
 
     repo = Path(repo).resolve()
-    params_path = repo / "params.yaml"
+    params_path = repo / layout.PARAMS
     run = run_section(load_params(params_path), params_path)
     if cron is None and interval is None:
         cron, interval = run.serve_cron, run.serve_interval_minutes

@@ -101,7 +101,7 @@ def pipeline(plan: Plan, code_deps: bool = True) -> dict:
 
 
 def write_dvc_yaml(
-    params_path: str | Path = "params.yaml", out: str | Path = "dvc.yaml", code_deps: bool = True
+    params_path: str | Path = layout.PARAMS, out: str | Path = "dvc.yaml", code_deps: bool = True
 ) -> Path:
     plan = plan_of(load_params(params_path), params_path)
     text = HEADER + yaml.safe_dump(pipeline(plan, code_deps), sort_keys=False, width=100)

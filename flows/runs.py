@@ -102,7 +102,7 @@ def _run(folder: Path, *cmd: str, doing: str | None = None) -> None:
 def create_run(
     folder: Path,
     preset: str | None,
-    base: Path = SOURCE / "params.yaml",
+    base: Path = SOURCE / layout.PARAMS,
     *,
     change: dict | None = None,
     note: str | None = None,
@@ -117,8 +117,8 @@ def create_run(
         raise ParamsError(f"{folder} exists but has no params.yaml; remove it or pick another")
     text = preset_params(preset, base, change, note)
     with output_dir(folder) as tmp:
-        write_text(text, tmp / "params.yaml")
-        write_dvc_yaml(tmp / "params.yaml", tmp / "dvc.yaml", code_deps=False)
+        write_text(text, tmp / layout.PARAMS)
+        write_dvc_yaml(tmp / layout.PARAMS, tmp / "dvc.yaml", code_deps=False)
         write_text("mlflow.db\nmlartifacts/\n", tmp / ".gitignore")
         _run(tmp, "git", "init", "-q")
         _run(tmp, sys.executable, "-m", "dvc", "init", "-q")
@@ -179,10 +179,10 @@ def _with_run_key(params_path: Path, name: str, value: str) -> str:
 def add_remote(folder: Path, url: str, name: str = "storage") -> str:
     """Make `url` (a path, s3://, gs://, ssh://... as DVC takes them) the run's default DVC
     remote and turn run.push on; returns the URL as configured (a path made absolute)."""
-    if not (folder / ".dvc").is_dir() or not (folder / "params.yaml").is_file():
+    if not (folder / ".dvc").is_dir() or not (folder / layout.PARAMS).is_file():
         raise ParamsError(f"{folder}: not a run folder (no .dvc/ or params.yaml); make one "
                           "with `tengen run --preset NAME`")  # fmt: skip
-    if (folder / "gocore").is_dir():
+    if is_source_tree(folder):
         raise ParamsError(f"{folder}: the source tree is no run folder to push; make one with "
                           "`tengen run --preset NAME`")  # fmt: skip
     if not url.strip():
@@ -193,7 +193,7 @@ def add_remote(folder: Path, url: str, name: str = "storage") -> str:
             raise ParamsError(f"remote {url}: inside the run folder {folder}, whose git would "
                               "take it in; put the remote outside it")  # fmt: skip
         url = str(path)
-    params = folder / "params.yaml"
+    params = folder / layout.PARAMS
     text = _with_run_key(params, "push", "true")  # checked before anything changes
     _run(folder, sys.executable, "-m", "dvc", "remote", "add", "--default", "--force", name, url,
          doing=f"adding the DVC remote {url} to {folder}")  # fmt: skip
@@ -201,16 +201,22 @@ def add_remote(folder: Path, url: str, name: str = "storage") -> str:
     return url
 
 
+def is_source_tree(folder: Path) -> bool:
+    """Whether `folder` is a checkout of tengen's source (its dvc.yaml has code deps, and
+    it is no run folder to commit and push), not a run folder."""
+    return (Path(folder) / "gocore").is_dir()
+
+
 def check_push(repo: Path) -> None:
     """ParamsError unless run.push can work in `repo`: a run folder with a default remote."""
-    if (repo / "gocore").is_dir():
-        raise ParamsError(f"{repo / 'params.yaml'}: run.push is true in the source tree, which "
+    if is_source_tree(repo):
+        raise ParamsError(f"{repo / layout.PARAMS}: run.push is true in the source tree, which "
                           "is no run folder to commit and push; make one with "
                           "`tengen run --preset NAME`")  # fmt: skip
     done = subprocess.run([sys.executable, "-m", "dvc", "remote", "default"], cwd=repo,
                           capture_output=True, text=True)  # fmt: skip
     if done.returncode != 0 or not done.stdout.strip():
-        raise ParamsError(f"{repo / 'params.yaml'}: run.push is true but the run has no default "
+        raise ParamsError(f"{repo / layout.PARAMS}: run.push is true but the run has no default "
                           "DVC remote; add one with `tengen remote add PATH|s3://...`")  # fmt: skip
 
 
@@ -221,7 +227,7 @@ class PushError(RuntimeError):
 # What a push commits: the files DVC leaves to git (its outputs with `cache: false`, the
 # metrics, are all under reports/; the .gitignore files DVC writes for its cached outputs), and
 # nothing else a run folder may hold.
-COMMITTED = ("params.yaml", "dvc.yaml", "dvc.lock", ".dvc", ".dvcignore", ".gitignore", "reports")
+COMMITTED = (layout.PARAMS, "dvc.yaml", "dvc.lock", ".dvc", ".dvcignore", ".gitignore", "reports")
 PUSH_TIMEOUT = 6 * 3600  # seconds for one command of a push: a big generation on a slow link
 
 
@@ -284,7 +290,7 @@ def _runs_link(repo: Path) -> str:
     from stages import tracking
 
     try:
-        params = tracking.settings(load_params(repo / "params.yaml"), repo / "params.yaml")
+        params = tracking.settings(load_params(repo / layout.PARAMS), repo / layout.PARAMS)
     except ParamsError:
         params = None
     if params is None:

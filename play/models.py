@@ -15,8 +15,7 @@ import tempfile
 from pathlib import Path
 
 from play.mlflow_store import said, tracking_uri_for
-
-CHAMPION = "champion.pt"
+from play.names import CHAMPION
 
 
 class ModelError(ValueError):

@@ -176,7 +176,7 @@ def run(params: Params, io: EmaIO) -> dict:
     with output_dir(io.out) as tmp:
         save(
             model,
-            tmp / "candidate.pt",
+            tmp / layout.CANDIDATE,
             {
                 "generation": io.generation,
                 "model_id": f"gen-{io.generation}-{config.name}",
@@ -241,7 +241,7 @@ def track(tracked, io: EmaIO) -> None:
 
     from stages.tracking import model_digest
 
-    path = io.out / "candidate.pt"
+    path = io.out / layout.CANDIDATE
     model, meta = load(path)
     _, manifest = window_files(io.window, "ema")
     lineage = window_lineage(tracked.tracker, manifest)

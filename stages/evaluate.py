@@ -67,7 +67,7 @@ class EvaluateIO:
     report: Path  # reports/eval/gen-N.json
     history: Path  # reports/eval/history-gen-N.json
     earlier: tuple[int, ...] = ()  # generations evaluated before, oldest first
-    params_path: Path = Path("params.yaml")
+    params_path: Path = Path(layout.PARAMS)
     reports: Path | None = layout.REPORTS  # None: outside a run (no self-play compute)
     name: str | None = None  # the champion's name in the ratings (default gen-N)
 
@@ -335,10 +335,10 @@ def _earlier_report(reports: Path, k: int) -> dict:
 def _on_cluster(champion_path, engines, configs, params, device, io, cluster, log) -> dict:
     """Every pairing's chunks as shards on the cluster at once: {opponent: (its command line
     as the workers run it, its chunks in order)}."""
-    common = {"params.yaml": Path(io.params_path).read_bytes()}
+    common = {layout.PARAMS: Path(io.params_path).read_bytes()}
     if champion_path is not None:
-        common["champion.pt"] = champion_path.read_bytes()
-    champion = _worker_command("champion.pt" if champion_path else None, params, device)
+        common[layout.CHAMPION] = champion_path.read_bytes()
+    champion = _worker_command(layout.CHAMPION if champion_path else None, params, device)
     calls, commands = [], {}
     for name, engine in engines.items():
         files = dict(common)

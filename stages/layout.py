@@ -24,7 +24,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-CHAMPION = "champion.pt"
+from play import names
+
+CHAMPION = names.CHAMPION  # a champion folder's checkpoint
+PARAMS = names.PARAMS  # the run's parameters, at its top
+
+CANDIDATE = "candidate.pt"
 PROMOTION = "promotion.json"
 MANIFEST = "manifest.json"
 
@@ -80,7 +85,7 @@ def ema_dir(n: int, net: str | None = None) -> Path:
 
 
 def candidate(n: int, net: str | None = None) -> Path:
-    return ema_dir(n, net) / "candidate.pt"
+    return ema_dir(n, net) / CANDIDATE
 
 
 def train_report(n: int, net: str | None = None) -> Path:

@@ -33,7 +33,9 @@ from pydantic import (
     model_validator,
 )
 
-DEFAULT_PATH = Path("params.yaml")
+from play.names import PARAMS
+
+DEFAULT_PATH = Path(PARAMS)
 
 
 class ParamsError(ValueError):

@@ -109,10 +109,10 @@ def collect(repo: Path) -> dict:
     repo = Path(repo)
     if not repo.is_dir():
         raise InputError(f"report: {repo} does not exist")
-    if not (repo / "params.yaml").is_file():
+    if not (repo / layout.PARAMS).is_file():
         raise InputError(f"report: {repo} is not a run folder (no params.yaml)")
     try:
-        params = load_params(repo / "params.yaml")
+        params = load_params(repo / layout.PARAMS)
     except ParamsError as e:
         raise InputError(f"report: {e}") from None
     reports = repo / layout.REPORTS
@@ -460,7 +460,7 @@ def mlflow_links(facts: dict, ui: str = LOCAL_UI) -> dict:
     )
 
     try:
-        params = settings(facts["params"], facts["repo"] / "params.yaml")
+        params = settings(facts["params"], facts["repo"] / layout.PARAMS)
     except ParamsError as e:
         return {"error": str(e)}
     if params is None:
