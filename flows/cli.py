@@ -65,6 +65,21 @@ def _said(error: Exception) -> str:
     return str(error)
 
 
+def _prefect_refused(error: Exception) -> str | None:
+    """What to say of a Prefect API that refused this client's auth string (None: another
+    error)."""
+    response = getattr(error, "response", None)
+    if getattr(response, "status_code", None) != 401:
+        return None
+    from prefect.settings import PREFECT_API_URL
+
+    return (
+        f"the Prefect API at {PREFECT_API_URL.value()} refused this client (401 Unauthorized): "
+        "set PREFECT_API_AUTH_STRING to the server's PREFECT_SERVER_API_AUTH_STRING "
+        "(docs/cluster.md)"
+    )
+
+
 def _params_file(given: Path | None) -> Path:
     """params.yaml: the one given, else the working folder's, else the source tree's."""
     if given is not None:
@@ -89,6 +104,7 @@ def resolve_model(spec: str, store=None, lineage: Path | None = None):
     champion, stages.layout), or an MLflow URI in the store of params.yaml's mlflow section,
     played only if the run's lineage (`lineage`, else the run folder of a SQLite store)
     records its SHA-256 (stages.champions.check_against)."""
+    from play.mlflow_store import shown
     from play.models import MLFLOW_SCHEMES, ModelError, resolve
     from stages import champions, layout, tracking
     from stages.cli import InputError
@@ -107,7 +123,7 @@ def resolve_model(spec: str, store=None, lineage: Path | None = None):
     if spec.startswith(MLFLOW_SCHEMES):
         import mlflow
 
-        where = uri or mlflow.get_tracking_uri()
+        where = shown(uri or mlflow.get_tracking_uri())
         folder = lineage or champions.lineage_of_store(where)
         if folder is None:
             raise ModelError(
@@ -116,9 +132,10 @@ def resolve_model(spec: str, store=None, lineage: Path | None = None):
                 "folder, or a clone of its git) or set TENGEN_LINEAGE"
             )
         try:
-            champions.check_against(path, spec, folder, where)
+            what = champions.check_against(path, spec, folder, where)
         except InputError as e:
             raise ModelError(str(e)) from None
+        print(f"--model {spec}: {what} in the run's lineage at {folder}", file=sys.stderr)
     return path
 
 
@@ -624,6 +641,13 @@ def run_loop(
     generations: Annotated[
         int | None, typer.Option(help="Set run.generations in the run's params.yaml first.")
     ] = None,
+    make_only: Annotated[
+        bool,
+        typer.Option(
+            help="Make the run folder (--preset) and stop, to edit its params.yaml first "
+            "(a cluster's address, say)."
+        ),
+    ] = False,
 ) -> None:
     """Run the training loop from zero, or resume it where it stopped.
 
@@ -642,6 +666,12 @@ def run_loop(
         if preset and not (folder / PARAMS).exists():
             create_run(folder, preset)
             print(f"made the run folder {folder} (preset {preset})")
+            if make_only:
+                print(f"edit {folder / PARAMS}, then: tengen run --repo {folder}")
+                return
+        elif make_only:
+            raise ParamsError("--make-only makes a new run folder: give --preset and a --repo "
+                              "that does not exist yet")  # fmt: skip
         elif preset:
             print(f"{folder} exists: going on with its params.yaml (--preset makes new folders)")
         elif not (folder / PARAMS).is_file():
@@ -652,6 +682,12 @@ def run_loop(
             results = loop(folder, generations=generations)
     except (StageError, RunLocked, ParamsError, MlflowException) as e:
         print(f"tengen run: {_said(e)}", file=sys.stderr)
+        raise typer.Exit(2) from None
+    except Exception as e:
+        refused = _prefect_refused(e)
+        if refused is None:
+            raise
+        print(f"tengen run: {refused}", file=sys.stderr)
         raise typer.Exit(2) from None
     ran = sum(r["ran"] for r in results)
     print(f"{len(results)} stages: {ran} ran, {len(results) - ran} were up to date")
@@ -771,11 +807,13 @@ HeadHost = Annotated[
 
 
 def _cluster(command: str, work):
+    import subprocess
+
     from flows.cluster import ClusterError
 
     try:
         return work()
-    except ClusterError as e:
+    except (ClusterError, OSError, subprocess.SubprocessError) as e:
         print(f"tengen cluster {command}: {e}", file=sys.stderr)
         raise typer.Exit(2) from None
 
@@ -834,7 +872,7 @@ def cluster_users(
     try:
         done = _cluster("users", lambda: make_users(folder.expanduser(), experiment=experiment,
                                                     model=model))  # fmt: skip
-    except MlflowException as e:
+    except MlflowException as e:  # outside a login (the server's answer to none)
         print(f"tengen cluster users: {_said(e)}", file=sys.stderr)
         raise typer.Exit(2) from None
     for line in done:

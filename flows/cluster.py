@@ -9,7 +9,6 @@ work tree, and an existing file is never overwritten.
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import ipaddress
 import os
@@ -61,9 +60,26 @@ def _private_folder(folder: Path, names: Iterable[str]) -> Path:
             f"{folder} already holds {', '.join(there)}; nothing was overwritten (give a new "
             "folder, or move those files away to replace them)"
         )
-    folder.mkdir(parents=True, exist_ok=True)
-    folder.chmod(0o700)
+    if folder.exists():
+        _check_private(folder)
+    else:
+        folder.mkdir(parents=True, mode=0o700)
+        folder.chmod(0o700)  # whatever the umask
     return folder
+
+
+def _check_private(folder: Path) -> None:
+    """ClusterError unless an existing `folder` is a folder of this user's that no one else
+    may enter (it is never changed: it may be /tmp or a home)."""
+    if not folder.is_dir():
+        raise ClusterError(f"{folder} is not a folder")
+    info = folder.stat()
+    if info.st_uid != os.getuid() or info.st_mode & 0o077:
+        raise ClusterError(
+            f"{folder} exists and others may enter it (mode {oct(info.st_mode & 0o777)}, "
+            f"owner uid {info.st_uid}); give a new folder, which is made mode 700, or make "
+            "this one yours and mode 700 first (chmod 700)"
+        )
 
 
 def _work_tree_of(folder: Path) -> Path | None:
@@ -138,7 +154,7 @@ def make_certs(folder: Path, hosts: list[str], *, days: int = DAYS) -> Path:
                 decipher_only=False,
             ),
             critical=True,
-        )  # fmt: skip
+        )
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), False)
         .sign(ca_key, hashes.SHA256())
     )
@@ -160,7 +176,7 @@ def make_certs(folder: Path, hosts: list[str], *, days: int = DAYS) -> Path:
                     [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
                 ),
                 critical=False,
-            )  # fmt: skip
+            )
             .add_extension(
                 x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), False
             )
@@ -234,14 +250,14 @@ def make_secrets(folder: Path, host: str) -> Path:
                 "authorization_function = mlflow.server.auth:authenticate_request_basic_auth",
                 "",
             ]
-        ),  # fmt: skip
+        ),
         SERVER_ENV: _env(
             {
                 "MLFLOW_AUTH_CONFIG_PATH": str(ini),
                 "MLFLOW_FLASK_SERVER_SECRET_KEY": _token(),
                 "PREFECT_SERVER_API_AUTH_STRING": prefect,
             }
-        ),  # fmt: skip
+        ),
         LOOP_ENV: _env(
             {
                 "MLFLOW_TRACKING_URI": mlflow_url,
@@ -250,7 +266,7 @@ def make_secrets(folder: Path, host: str) -> Path:
                 "PREFECT_API_URL": prefect_url,
                 "PREFECT_API_AUTH_STRING": prefect,
             }
-        ),  # fmt: skip
+        ),
         WORKER_ENV: _env({"PREFECT_API_URL": prefect_url, "PREFECT_API_AUTH_STRING": prefect}),
         PLAYER_ENV: _env(
             {
@@ -258,14 +274,14 @@ def make_secrets(folder: Path, host: str) -> Path:
                 "MLFLOW_TRACKING_USERNAME": PLAYER_USER,
                 "MLFLOW_TRACKING_PASSWORD": player,
             }
-        ),  # fmt: skip
+        ),
         ADMIN_ENV: _env(
             {
                 "MLFLOW_TRACKING_URI": mlflow_url,
                 "MLFLOW_TRACKING_USERNAME": ADMIN_USER,
                 "MLFLOW_TRACKING_PASSWORD": admin,
             }
-        ),  # fmt: skip
+        ),
     }
     for file, text in files.items():
         _write_private(folder / file, text)
@@ -273,7 +289,9 @@ def make_secrets(folder: Path, host: str) -> Path:
 
 
 def _env(values: dict[str, str]) -> str:
-    return "".join(f"{key}={value}\n" for key, value in values.items())
+    """KEY=value lines that a shell's `.` and systemd's EnvironmentFile both read: each value
+    quoted (a path may hold a space)."""
+    return "".join(f"{key}={shlex.quote(value)}\n" for key, value in values.items())
 
 
 def read_env(path: Path) -> dict[str, str]:
@@ -290,25 +308,44 @@ def read_env(path: Path) -> dict[str, str]:
         key, sep, value = line.partition("=")
         if not sep or not key.strip():
             raise ClusterError(f"{path}:{number}: not a KEY=value line")
-        out[key.strip().removeprefix("export ").strip()] = value.strip().strip("'\"")
+        try:
+            words = shlex.split(value)
+        except ValueError as e:
+            raise ClusterError(f"{path}:{number}: {e}") from None
+        out[key.strip().removeprefix("export ").strip()] = words[0] if words else ""
     return out
+
+
+def _need(env: dict[str, str], keys: tuple[str, ...], path: Path) -> dict[str, str]:
+    missing = [k for k in keys if not env.get(k)]
+    if missing:
+        raise ClusterError(f"{path} lacks {', '.join(missing)} (`tengen cluster secrets` "
+                           "writes them)")  # fmt: skip
+    return env
 
 
 def secrets_howto(folder: Path, host: str) -> str:
     q = {name: shlex.quote(str(folder / name)) for name in secret_files()}
+    try:
+        ipaddress.ip_address(host)
+        allowed = ""  # MLflow answers requests to a private address as they are
+    except ValueError:  # a name: MLflow's host-header check must be told it
+        allowed = f" --allowed-hosts {shlex.quote(f'{host},{host}:{MLFLOW_PORT}')}"
     return f"""\
 Made in {folder} (each file mode 600; copy worker.env to the workers, player.env to players).
 
-On the head ({host}), each server on the private interface:
+On the head ({host}), each server on the private interface, each in a terminal of its own (or
+as a service):
   (set -a; . {q[SERVER_ENV]}; exec mlflow server --app-name basic-auth --host {host} \\
-      --port {MLFLOW_PORT} --backend-store-uri sqlite:///$HOME/mlflow/mlflow.db \\
+      --port {MLFLOW_PORT}{allowed} --backend-store-uri sqlite:///$HOME/mlflow/mlflow.db \\
       --artifacts-destination $HOME/mlflow/artifacts)
   (set -a; . {q[SERVER_ENV]}; exec prefect server start --host {host} --port {PREFECT_PORT})
-  tengen cluster users {shlex.quote(str(folder))}     # once: the loop's and the players' users
-The loop:
-  (set -a; . {q[LOOP_ENV]}; exec tengen run --repo runs/night)
-A player:
-  (set -a; . {q[PLAYER_ENV]}; exec tengen gtp --model models:/tengen@champion --lineage night)
+Then, once, the loop's and the players' users:
+  tengen cluster users {shlex.quote(str(folder))}
+The loop (in a run folder made with `tengen run --preset NAME --repo DIR --make-only`):
+  (set -a; . {q[LOOP_ENV]}; exec tengen run --repo DIR)
+A player (in a clone of the run's git):
+  (set -a; . {q[PLAYER_ENV]}; exec tengen gtp --model models:/tengen@champion --lineage CLONE)
 """
 
 
@@ -321,9 +358,11 @@ def make_users(folder: Path, *, experiment: str, model: str) -> list[str]:
 
     # mlflow.server imports starlette's deprecated WSGI middleware: not this command's news.
     warnings.filterwarnings("ignore", module="mlflow.server")
-    admin = read_env(folder / ADMIN_ENV)
-    loop = read_env(folder / LOOP_ENV)
-    player = read_env(folder / PLAYER_ENV)
+    login = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")
+    admin, loop, player = (
+        _need(read_env(folder / name), (*login, "MLFLOW_TRACKING_URI"), folder / name)
+        for name in (ADMIN_ENV, LOOP_ENV, PLAYER_ENV)
+    )
     uri = admin["MLFLOW_TRACKING_URI"]
     done = []
     with _login(admin):
@@ -359,10 +398,15 @@ def make_users(folder: Path, *, experiment: str, model: str) -> list[str]:
         exp = MlflowClient(uri).get_experiment_by_name(experiment)
         user = loop["MLFLOW_TRACKING_USERNAME"]
         for kind, rid in (("experiment", exp.experiment_id), ("registered_model", model)):
+            # Its maker manages it: made by anyone but the loop's user, someone else could
+            # write the run's records or move its champion.
             if auth.get_user_permission(user, kind, rid).permission != "MANAGE":
-                with contextlib.suppress(MlflowException):  # a lesser grant made before
-                    auth.revoke_user_permission(user, kind, rid)
-                auth.grant_user_permission(user, kind, rid, "MANAGE")
+                what = f"experiment {experiment!r}" if kind == "experiment" else f"model {model!r}"
+                raise ClusterError(
+                    f"the {what} on {uri} was made by another user, who manages it; delete it "
+                    "as the admin and run `tengen cluster users` again, or give the run another "
+                    "name (--experiment, --model, and the run's mlflow section)"
+                )
         done.append(f"{LOOP_USER} manages {experiment!r} and {model!r}; others read them")
     return done
 
@@ -380,9 +424,17 @@ class _login:
         for k in self.KEYS:
             os.environ[k] = self.env[k]
 
-    def __exit__(self, *exc):
+    def __exit__(self, kind, error, trace):
+        from mlflow.exceptions import MlflowException
+
+        from play.mlflow_store import said
+
+        # Said while this login is still the one set, so that a refusal names its user.
+        message = said(error) if isinstance(error, MlflowException) else None
         for k, v in self.saved.items():
             if v is None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+        if message is not None:
+            raise ClusterError(message) from None

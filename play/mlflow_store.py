@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from collections.abc import Iterator
 
 
@@ -55,3 +56,8 @@ def said(error) -> str:
             "the loop's user writes the run's experiment and registered model (docs/cluster.md)"
         )
     return text.splitlines()[0] if text else type(error).__name__
+
+
+def shown(uri: str) -> str:
+    """A tracking URI as it may be printed: a password in it masked."""
+    return re.sub(r"^([a-z][a-z0-9+.-]*://[^/@:]*:)[^/@]*@", r"\1***@", uri, flags=re.I)

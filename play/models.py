@@ -14,7 +14,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from play.mlflow_store import said, tracking_uri_for
+from play.mlflow_store import said, shown, tracking_uri_for
 from play.names import CHAMPION
 
 
@@ -56,7 +56,7 @@ def _from_mlflow(uri: str, tracking_uri: str | None) -> Path:
                 mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=str(target))
             )
     except MlflowException as e:
-        where = tracking_uri or mlflow.get_tracking_uri()
+        where = shown(tracking_uri or mlflow.get_tracking_uri())
         raise ModelError(f"--model {uri}: not fetched from the MLflow store {where}: "
                          f"{said(e)}") from None  # fmt: skip
     checkpoints = sorted(local.rglob("*.pt")) if local.is_dir() else [local]

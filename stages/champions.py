@@ -46,6 +46,7 @@ def lineage(folder: Path) -> dict[str, str]:
             "clone of its git (`git clone head:runs/night`), brought up to date (`git pull`)"
         )
     known: dict[str, str] = {}
+    newest = (-1, None)  # the newest generation's champion, by (generation, digest)
     for path in files:
         try:
             rows = json.loads(path.read_text())
@@ -61,7 +62,16 @@ def lineage(folder: Path) -> dict[str, str]:
                     net = key[len(f"{what}_sha256") :].lstrip("_")
                     known.setdefault(value, f"generation {row.get('generation')}'s {what}"
                                      + (f" ({net})" if net else ""))  # fmt: skip
+                    generation = row.get("generation")
+                    if key == DIGEST_KEYS[0] and isinstance(generation, int):
+                        newest = max(newest, (generation, value), key=lambda g: g[0])
+    if newest[1] is not None:
+        known[NEWEST] = newest[1]
     return known
+
+
+# lineage()'s key for the digest of the newest champion it records.
+NEWEST = "newest champion"
 
 
 def check_against(path: Path, spec: str, folder: Path, where: str) -> str:
@@ -70,7 +80,16 @@ def check_against(path: Path, spec: str, folder: Path, where: str) -> str:
     from gocore.atomic import sha256_file
 
     known = lineage(folder)
+    newest = known.pop(NEWEST, None)
     digest = sha256_file(path)
+    if spec.endswith("@champion") and digest in known and digest != newest:
+        # An older champion or a beaten candidate under the alias: a rollback.
+        raise InputError(
+            f"--model {spec}: refused: the checkpoint {where} gave is {known[digest]} in the "
+            f"run's lineage at {folder}, not its newest champion: someone who can write to the "
+            "MLflow store may have moved the alias back; or the lineage is ahead of the store "
+            "(play an older champion by its version, models:/NAME/VERSION)"
+        )
     if digest in known:
         return known[digest]
     said = (

@@ -141,6 +141,7 @@ def _problems(e: ValidationError, prefix: str) -> str:
         key = ".".join(str(p) for p in (prefix, *err["loc"]) if p != "")
         given = err.get("input")
         shown = repr(given) if not isinstance(given, dict | list) or len(repr(given)) < 60 else ""
+        shown = re.sub(r"(://[^/@:\s']*:)[^/@\s']*@", r"\1***@", shown)  # never a password
         message = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden" and key in RETIRED:
             message = f"no longer a setting: {RETIRED[key]}"
@@ -552,15 +553,15 @@ class MlflowParams(Section):
     def _no_password(cls, value: str) -> str:
         if USERINFO.match(value):
             raise ValueError(
-                "a tracking URI with a user or password in it would be committed with the "
-                "run; give the URI without them and the login in MLFLOW_TRACKING_USERNAME "
-                "and MLFLOW_TRACKING_PASSWORD (docs/cluster.md)"
+                "a tracking URI with a password in it would be committed with the run; give "
+                "the URI without it and the login in MLFLOW_TRACKING_USERNAME and "
+                "MLFLOW_TRACKING_PASSWORD (docs/cluster.md)"
             )
         return value
 
 
-# scheme://user[:password]@host: a login inside a URI.
-USERINFO = re.compile(r"^[a-z][a-z0-9+.-]*://[^/@]*@", re.IGNORECASE)
+# scheme://user:password@host: a password inside a URI.
+USERINFO = re.compile(r"^[a-z][a-z0-9+.-]*://[^/@:]*:[^/@]*@", re.IGNORECASE)
 
 
 CLUSTER_ADDRESS = re.compile(r"^(local:[1-9][0-9]*|(tcp|tls|ucx|inproc)://\S+)$")

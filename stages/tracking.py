@@ -55,8 +55,8 @@ def store_uri(params: MlflowParams, base: Path) -> str:
     uri = os.environ.get("MLFLOW_TRACKING_URI") or params.tracking_uri
     if USERINFO.match(uri):  # params.yaml's was checked when read
         raise ParamsError(
-            "MLFLOW_TRACKING_URI: a URI with a user or password in it would be logged; give "
-            "it without them and the login in MLFLOW_TRACKING_USERNAME and "
+            "MLFLOW_TRACKING_URI: a URI with a password in it would be logged; give it "
+            "without it and the login in MLFLOW_TRACKING_USERNAME and "
             "MLFLOW_TRACKING_PASSWORD (docs/cluster.md)"
         )
     prefix = "sqlite:///"

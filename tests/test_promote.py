@@ -168,6 +168,15 @@ def test_the_history_rows_and_the_champion_elo(tmp_path):
     assert champions.check_against(tmp_path / "c1.pt", "runs:/x/c", tmp_path, "here") == (
         "generation 1's candidate"
     )
+    # Under the `champion` alias only the newest champion: an older one is a rollback.
+    assert champions.check_against(tmp_path / "c2.pt", "models:/t@champion", tmp_path, "s") == (
+        "generation 2's champion"
+    )
+    with pytest.raises(promote.InputError, match="is generation 0's champion .* not its newest"):
+        champions.check_against(tmp_path / "c0.pt", "models:/t@champion", tmp_path, "s")
+    assert champions.check_against(tmp_path / "c0.pt", "models:/t/1", tmp_path, "s") == (
+        "generation 0's champion"
+    )
     stranger = _candidate(tmp_path / "stranger.pt", "stranger")
     refused = r"refused: .* not in the run's lineage at .*: it is none of the 3 checkpoints"
     with pytest.raises(promote.InputError, match=refused):

@@ -23,7 +23,8 @@ import pytest
 import yaml
 
 from flows import cluster
-from stages.params import ClusterParams, ParamsError, section
+from play.mlflow_store import shown
+from stages.params import ClusterParams, MlflowParams, ParamsError, section
 from tests.conftest import REPO, make_run_repo, run_in
 from tests.test_fanout import files_of, in_process, params_file, stage_command, stop
 from tests.test_remote import free_port, tengen
@@ -115,6 +116,21 @@ def test_cluster_certs_are_private_and_never_overwritten_nor_made_in_a_repositor
     again = tengen("cluster", "certs", str(folder), "--host", "127.0.0.1")
     assert again.returncode == 2 and "nothing was overwritten" in again.stderr
     assert (folder / "ca.key").read_bytes() == before
+    # An existing folder others may enter is refused, and left as it was (/tmp, a home).
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o755)
+    shared.chmod(0o755)
+    refused = tengen("cluster", "certs", str(shared), "--host", "127.0.0.1")
+    assert refused.returncode == 2 and "others may enter it (mode 0o755" in refused.stderr
+    assert stat.S_IMODE(shared.stat().st_mode) == 0o755 and not any(shared.iterdir())
+    # The environment files read back in a shell as written, a space in the path and all.
+    spaced = tmp_path / "my secrets"
+    cluster.make_secrets(spaced, "10.0.0.1")
+    server = spaced / cluster.SERVER_ENV
+    shell = f'set -a; . "{server}"; echo "$MLFLOW_AUTH_CONFIG_PATH"'
+    echoed = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, check=True)
+    assert echoed.stdout.strip() == str(spaced / cluster.AUTH_INI)
+    assert cluster.read_env(server)["MLFLOW_AUTH_CONFIG_PATH"] == str(spaced / cluster.AUTH_INI)
     inside = tengen("cluster", "secrets", str(REPO / "cluster-secrets"), "--host", "127.0.0.1")
     assert inside.returncode == 2 and "inside the git work tree" in inside.stderr
     assert not (REPO / "cluster-secrets").exists()
@@ -123,6 +139,24 @@ def test_cluster_certs_are_private_and_never_overwritten_nor_made_in_a_repositor
 def test_cluster_security_goes_with_a_tls_address_only(tmp_path, certs):
     with pytest.raises(ParamsError, match="cluster: security: tls://h:8786 is a TLS scheduler"):
         cluster_of("tls://h:8786", None)
+    with pytest.raises(ParamsError, match=r"a password in it .*got 'http://u:\*\*\*@h:5000'"):
+        section({"mlflow": {"enabled": True, "tracking_uri": "http://u:secret@h:5000",
+                            "experiment": "e", "registered_model": "m"}}, "mlflow", MlflowParams,
+                source="params.yaml")  # fmt: skip
+    assert shown("postgresql://u:secret@db/x") == "postgresql://u:***@db/x"
+    section(
+        {
+            "mlflow": {
+                "enabled": True,
+                "tracking_uri": "postgresql://u@db/x",
+                "experiment": "e",
+                "registered_model": "m",
+            }
+        },
+        "mlflow",
+        MlflowParams,
+        source="params.yaml",
+    )  # fmt: skip  (a user without a password: .pgpass)
     with pytest.raises(ParamsError, match="not local:2"):
         cluster_of("local:2", security(certs))
     assert cluster_of("tls://h:8786", security(certs)).security.cert.endswith("client.pem")
@@ -303,6 +337,8 @@ def test_the_secure_recipe_end_to_end(tmp_path, certs, tiny_model):
 
         users = tengen("cluster", "users", str(secrets_dir))
         assert users.returncode == 0, users.stderr
+        again = tengen("cluster", "users", str(secrets_dir))  # changes nothing
+        assert again.returncode == 0 and "tengen manages 'tengen'" in again.stdout, again.stderr
         assert status_of(search, auth=login) == 200
 
         repo = make_run_repo(tmp_path / "run", code_deps=False, win_fraction=0.0)
@@ -323,6 +359,12 @@ def test_the_secure_recipe_end_to_end(tmp_path, certs, tiny_model):
             assert bad.returncode == 2, bad.stderr[-3000:]
             assert "refused the login of user 'tengen' (401 Unauthorized)" in bad.stderr
             assert "not-the-password-at-all" not in bad.stderr + bad.stdout
+            assert not (repo / "models").exists()
+            # A wrong Prefect auth string: the same.
+            wrong = dict(loop_env, PREFECT_API_AUTH_STRING="tengen:not-the-string")
+            bad = tengen("run", "--repo", str(repo), env=wrong, timeout=600)
+            assert bad.returncode == 2, bad.stderr[-3000:]
+            assert "Prefect API at" in bad.stderr and "refused this client (401" in bad.stderr
             assert not (repo / "models").exists()
             done = tengen("run", "--repo", str(repo), env=loop_env)
             assert done.returncode == 0, done.stderr[-4000:]
