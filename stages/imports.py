@@ -4,7 +4,7 @@ module or inside a function (imports made when a function runs are code the stag
 followed to the end. dvc.yaml's code deps are this set, so an edit to gocore/board.py reruns
 every stage that reaches it through gocore/features.py, and nothing else.
 
-An entry is a module (`stages.train`) or a function of one (`flows.cli:gtp`, a command the
+An entry is a module (`stages.train`) or a function of one (`flows.cli_play:gtp`, a command the
 stage starts as a process of its own): for a function, the module's top-level imports and those
 of the function and of the module's functions it calls, not the module's every command.
 """

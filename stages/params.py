@@ -38,6 +38,16 @@ from play.names import PARAMS
 DEFAULT_PATH = Path(PARAMS)
 
 
+def params_file(given: Path | str | None) -> Path:
+    """The params.yaml a command reads: the one given, else the working folder's, else the
+    source tree's."""
+    if given is not None:
+        return Path(given)
+    return (
+        DEFAULT_PATH if DEFAULT_PATH.is_file() else Path(__file__).resolve().parent.parent / PARAMS
+    )
+
+
 class ParamsError(ValueError):
     """params.yaml is missing, malformed, or a section does not validate."""
 

@@ -237,7 +237,7 @@ def polars_gather(k: int, tmp: Path) -> pa.Table:
 
 def run(params: Params, io: ShuffleIO, *, deal=polars_deal, gather=polars_gather) -> dict:
     """Build generation N's window; returns its metrics (also in the manifest). `deal` and
-    `gather` are its two passes (flows.bench_shuffle times pyarrow's beside them)."""
+    `gather` are its two passes (bench.shuffle times pyarrow's beside them)."""
     params = params.shuffle
     sources = _sources(io)
     total = sum(rows for _, _, rows in sources)

@@ -107,7 +107,7 @@ def test_bench_selfplay_json_shape():
 
 
 def test_warps_are_charged_their_slowest_thread():
-    from flows.bench_selfplay import warp_seconds
+    from bench.selfplay import warp_seconds
 
     assert warp_seconds(np.ones(33)) == 64  # two warps, the second one thread and 31 idle
     assert warp_seconds(np.arange(40.0)) == 32 * (31 + 39)

@@ -555,21 +555,3 @@ def test_corrupt_shard_is_named(tmp_path):
     pq.write_table(pa.table({"x": [1]}), other)
     with pytest.raises(R.ShardError, match="does not have the rows schema"):
         R.read_shard(other)
-
-
-def test_selfplay_runs_as_a_prefect_task(tmp_path, prefect_api):
-    from prefect import flow
-
-    from flows import tasks
-
-    @flow(name="selfplay-test")
-    def one_generation(params_path: str, out: str, metrics: str) -> dict:
-        return tasks.selfplay(0, params_path=params_path, out=out, metrics=metrics)
-
-    params_path = write_params(tmp_path, games=2, slots=2)
-    metrics = one_generation(str(params_path), str(tmp_path / "gen-0"), str(tmp_path / "m.json"))
-    assert metrics["games"] == 2
-    assert json.loads((tmp_path / "m.json").read_text()) == metrics
-    assert (
-        sum(R.read_shard(s).num_rows for s in R.list_shards(tmp_path / "gen-0")) == metrics["rows"]
-    )

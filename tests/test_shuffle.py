@@ -112,9 +112,9 @@ def test_missing_and_corrupt_inputs_name_the_stage(generations, tmp_path):
 
 
 def test_polars_and_pyarrow_passes_write_the_same_window(generations, tmp_path):
-    """The stage's polars passes and the pyarrow baseline's (flows.bench_shuffle) deal the
+    """The stage's polars passes and the pyarrow baseline's (bench.shuffle) deal the
     same rows to the same buckets in the same order: the same manifest, the same files."""
-    from flows.bench_shuffle import pyarrow_deal, pyarrow_gather
+    from bench.shuffle import pyarrow_deal, pyarrow_gather
 
     ours = shuffle.run(_params(), shuffle.ShuffleIO(2, generations, tmp_path / "polars"))
     base = shuffle.run(
@@ -153,7 +153,7 @@ def test_the_window_report_of_the_generation(generations, tmp_path, monkeypatch)
 def test_memory_stays_bounded_on_a_window_larger_than_the_cap(tmp_path):
     """600,000 9x9 rows (about 440 MB in memory) shuffled in 30 files: the shuffle's process
     peaks under its imports' resident memory plus a 200 MB cap."""
-    from flows.bench_shuffle import _in_a_process, synthetic_history
+    from bench.shuffle import _in_a_process, synthetic_history
 
     rows = 600_000
     selfplay = synthetic_history(tmp_path / "selfplay", rows, rows_per_shard=20_000)
@@ -161,7 +161,7 @@ def test_memory_stays_bounded_on_a_window_larger_than_the_cap(tmp_path):
     cap = 200 * 2**20
     assert in_memory > 2 * cap
     imports = subprocess.run(
-        [sys.executable, "-c", "import resource, stages.shuffle, flows.bench_shuffle; "
+        [sys.executable, "-c", "import resource, stages.shuffle, bench.shuffle; "
          "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)"],
         capture_output=True, text=True, check=True, cwd=REPO,
     )  # fmt: skip

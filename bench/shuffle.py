@@ -123,7 +123,7 @@ def _in_a_process(engine: str, selfplay: Path, out: Path, generation: int, param
     code = (
         "import json, sys, time\n"
         "from pathlib import Path\n"
-        "from flows.bench_shuffle import shuffle_with\n"
+        "from bench.shuffle import shuffle_with\n"
         "a = json.loads(sys.argv[1])\n"
         "t = time.perf_counter()\n"
         "m = shuffle_with(a['engine'], Path(a['selfplay']), Path(a['out']), a['generation'],"
