@@ -19,6 +19,18 @@ class InputError(ValueError):
     """A missing, empty or corrupt input, named with the stage that should have made it."""
 
 
+def read_report(path: Path, reader: str, writer: str):
+    """The JSON of a report another stage wrote: InputError from `reader` (the stage or
+    command reading it) naming the file and what to run (`writer`: "selfplay-3", "the gate
+    stage") where it is missing or cannot be read."""
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise InputError(f"{reader}: {path} does not exist; run {writer} first") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise InputError(f"{reader}: {path} cannot be read ({e}); rerun {writer}") from None
+
+
 def parser(stage: str, doc: str | None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=f"python -m stages.{stage}", description=(doc or "").split("\n")[0]

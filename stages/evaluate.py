@@ -308,11 +308,8 @@ def compute_spent(reports: Path, generation: int) -> dict:
     and seconds, from reports/selfplay/gen-K.json."""
     total = {"selfplay_evaluations": 0.0, "selfplay_visits": 0.0, "selfplay_seconds": 0.0}
     for k in range(generation + 1):
-        path = layout.in_reports(reports, layout.selfplay_report(k))
-        try:
-            m = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise InputError(f"evaluate: {path} does not exist; run selfplay-{k} first") from None
+        m = cli.read_report(layout.in_reports(reports, layout.selfplay_report(k)), "evaluate",
+                            f"selfplay-{k}")  # fmt: skip
         seconds = float(m.get("seconds", 0.0))
         total["selfplay_seconds"] += seconds
         total["selfplay_evaluations"] += float(
@@ -323,13 +320,8 @@ def compute_spent(reports: Path, generation: int) -> dict:
 
 
 def _earlier_report(reports: Path, k: int) -> dict:
-    path = layout.in_reports(reports, layout.eval_report(k))
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        raise InputError(f"evaluate: {path} does not exist; run evaluate-{k} first") from None
-    except json.JSONDecodeError as e:
-        raise InputError(f"evaluate: {path} is not valid JSON ({e}); rerun evaluate-{k}") from None
+    return cli.read_report(layout.in_reports(reports, layout.eval_report(k)), "evaluate",
+                           f"evaluate-{k}")  # fmt: skip
 
 
 def _on_cluster(champion_path, engines, configs, params, device, io, cluster, log) -> dict:

@@ -215,33 +215,13 @@ NetName = Annotated[str, AfterValidator(_net)]
 Seed = Annotated[int, Field(ge=0)]
 # torch.compile's mode for the net (nets.evaluator.COMPILE_MODES; none: eager).
 NetCompile = Literal["none", "default", "reduce-overhead", "max-autotune"]
+# Leaves a game's search sends to each network batch (selfplay, gate, evaluate, the engines).
+LeavesPerGame = Annotated[int, Field(ge=1, le=64)]
 
 
 # ---------------------------------------------------------------------------------------------
 # The search
 # ---------------------------------------------------------------------------------------------
-
-
-class SearchSection(Section):
-    """`selfplay.search`: every knob of gocore.search.SearchParams, and the root's rule: PUCT
-    (with noise and forced playouts in full searches) or Gumbel (gocore.search)."""
-
-    root: Literal["puct", "gumbel"]
-    gumbel_considered: int = Field(ge=1)  # moves a Gumbel root samples (the paper: 16)
-    gumbel_c_visit: Real = Field(ge=0)
-    gumbel_c_scale: Real = Field(gt=0)
-    c_puct: Real = Field(gt=0)
-    puct_exponent: Real = Field(gt=0, le=1)
-    fpu_reduction: Real = Field(ge=0)
-    root_fpu_reduction: Real = Field(ge=0)
-    forced_playouts_k: Real = Field(ge=0)
-    virtual_loss: Real = Field(ge=0)
-    score_utility: Real = Field(ge=0)
-
-    def params(self):
-        from gocore.search import SearchParams
-
-        return SearchParams(**self.model_dump(exclude={"root", "gumbel_considered"}))
 
 
 class MatchSearchSection(Section):
@@ -250,7 +230,8 @@ class MatchSearchSection(Section):
     noise of self-play's full searches); params.yaml refuses those keys here rather than
     ignoring them. The root is PUCT's or a Gumbel root (its move the g + logits + sigma(q)
     of sequential halving; deterministic in the GTP engine, g = 0, as mctx's gumbel_scale=0
-    for evaluation; drawn in the gate, whose games must differ)."""
+    for evaluation; drawn in the gate, whose games must differ). SearchSection is this and
+    the two noise keys."""
 
     root: Literal["puct", "gumbel"]
     gumbel_considered: int = Field(ge=1)  # moves a Gumbel root considers (the paper: 16)
@@ -277,6 +258,19 @@ class MatchSearchSection(Section):
         return self.gumbel_considered if self.root == "gumbel" else 0
 
 
+class SearchSection(MatchSearchSection):
+    """`selfplay.search`: every knob of gocore.search.SearchParams, and the root's rule: PUCT
+    (with noise and forced playouts in full searches) or Gumbel (gocore.search)."""
+
+    root_fpu_reduction: Real = Field(ge=0)
+    forced_playouts_k: Real = Field(ge=0)
+
+    def params(self):
+        from gocore.search import SearchParams
+
+        return SearchParams(**self.model_dump(exclude={"root", "gumbel_considered"}))
+
+
 # ---------------------------------------------------------------------------------------------
 # The stages' sections
 # ---------------------------------------------------------------------------------------------
@@ -287,7 +281,7 @@ class SelfPlayParams(Section):
 
     games: int = Field(ge=1)
     slots: int = Field(ge=1)
-    leaves_per_game: int = Field(ge=1, le=64)
+    leaves_per_game: LeavesPerGame
     seed: Seed
     rows_per_shard: int = Field(ge=1)
     shards: int = Field(ge=1)  # the games split into this many, each its own seed (fanout)
@@ -452,7 +446,7 @@ class GateParams(Section):
     early_stop: bool
     slots: int = Field(ge=1)
     visits: int = Field(ge=2)
-    leaves_per_game: int = Field(ge=1, le=64)
+    leaves_per_game: LeavesPerGame
     board_size: int = Field(ge=2, le=19)
     rules: RulesName
     komi: Real
@@ -499,7 +493,7 @@ class EvaluateParams(Section):
     rules: RulesName
     komi: Real
     visits: int = Field(ge=1)
-    leaves_per_game: int = Field(ge=1, le=64)
+    leaves_per_game: LeavesPerGame
     search: MatchSearchSection
     opponents: dict[str, Opponent] = Field(min_length=1)  # name: GTP command line, or a Rung
     past_champions: int = Field(ge=0)
@@ -666,4 +660,4 @@ class EngineSection(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore", strict=True, allow_inf_nan=False)
 
     search: MatchSearchSection
-    leaves_per_game: int = Field(ge=1, le=64)
+    leaves_per_game: LeavesPerGame

@@ -15,7 +15,6 @@ generation's pipeline outputs stay apart (what DVC needs) and any champion can b
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import shutil
 import sys
@@ -89,12 +88,7 @@ def dvc(n: int, plan: Plan) -> list[DvcStage]:
 
 
 def _read_json(path: Path, stage: str) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        raise InputError(f"promote: {path} does not exist; run the {stage} stage first") from None
-    except json.JSONDecodeError as e:
-        raise InputError(f"promote: {path} is not valid JSON ({e}); rerun {stage}") from None
+    return cli.read_report(path, "promote", f"the {stage} stage")
 
 
 # The decision of a candidate without a gate (gate.games 0): promoted, as in KataGo's runs.

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from play.programs import HERE, REFEREE
 from stages import layout
-from stages.cli import InputError
+from stages.cli import InputError, read_report
 from stages.tracking import LOCAL_UI
 
 OUT = layout.REPORTS / "report"  # in the run folder: index.html, a PNG per chart, games/
@@ -58,12 +58,7 @@ DATA_FIGURES = {
 def _read_json(path: Path, kind: type = dict):
     """A report file's JSON, which must be a `kind` (a list: of rows, each with its
     generation); InputError naming the file otherwise."""
-    try:
-        value = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise InputError(
-            f"report: {path} cannot be read ({e}); rerun the stage that wrote it"
-        ) from None
+    value = read_report(path, "report", "the stage that wrote it")
     rows_ok = kind is not list or all(
         isinstance(r, dict) and isinstance(r.get("generation"), int) for r in value
     )
