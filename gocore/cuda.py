@@ -722,7 +722,7 @@ def expand_and_backup_all(t, leaves: Boards, policy, value, win=None, black_scor
     _launch(_expand_backup_entry, _games(t), t, leaves, policy, value, win, black_score)
 
 
-def add_noise_all(t, rng, which, *, alpha_total: float = 10.83, epsilon: float = 0.25) -> None:
+def add_noise_all(t, rng, which, *, alpha_total: float, epsilon: float) -> None:
     games = _games(t)
     _launch(_noise_entry, games, t, _on_device(rng, np.uint64), alpha_total, epsilon,
             _mask(which, games))  # fmt: skip

@@ -978,10 +978,11 @@ def _priors_range(t, out, start, stop):
 
 
 def add_noise_all(
-    t: Tree, rng: np.ndarray, which: np.ndarray, *, alpha_total: float = 10.83, epsilon=0.25
+    t: Tree, rng: np.ndarray, which: np.ndarray, *, alpha_total: float, epsilon: float
 ) -> None:
-    """Dirichlet noise on the expanded roots of the games marked in `which` ([G] bool); the
-    paper's alpha 0.03 per point of 19x19 is alpha_total = 10.83 spread over the legal moves."""
+    """Dirichlet noise on the expanded roots of the games marked in `which` ([G] bool):
+    alpha_total spread over the legal moves (selfplay.noise_alpha_total; the paper's alpha
+    0.03 per point of 19x19 is 10.83), mixed in with weight epsilon (selfplay.noise_epsilon)."""
     which = np.ascontiguousarray(np.broadcast_to(which, t.node_count.shape), np.bool_)
     over_games(_noise_range, t.node_count.shape[0], t, rng, alpha_total, epsilon, which)
 
@@ -1161,6 +1162,7 @@ def search(
     leaves: Boards | None = None,
     noise_rng: np.ndarray | None = None,
     noise_games: np.ndarray | bool = True,
+    noise: tuple[float, float] | None = None,
     considered: int = 0,
     gumbel_rng: np.ndarray | None = None,
     on_step=None,
@@ -1173,17 +1175,19 @@ def search(
     each leaf's player to move), optionally followed by (win, black_score) as in
     `expand_and_backup_all`, for the leaf boards: the network through gocore.features, or
     anything else with that shape. With `noise_rng` ([G] uint64), the roots of `noise_games`
-    get Dirichlet noise once expanded; forced playouts go to the roots of `noise_games` (of
-    every game without noise_rng). With `considered` > 0 the roots are Gumbel roots of that many
-    moves (fresh roots only: give no reused tree), their Gumbel variables drawn with
-    `gumbel_rng` ([G] uint64; None: 0, a deterministic search); then gumbel_move and
-    gumbel_target read the result. `on_step()` is called after every step (the caller's
-    bookkeeping, such as the score utility's centre); the search also ends once `stop()`
-    returns true (a deadline, a decided move). On `device` "cuda", `roots`, `tree` and
-    `leaves` are the device's (gocore.device) and so are the rng arrays; the search reads back
-    only `root_state`."""
+    get Dirichlet noise once expanded, `noise` its (alpha_total, epsilon); forced playouts go
+    to the roots of `noise_games` (of every game without noise_rng). With `considered` > 0
+    the roots are Gumbel roots of that many moves (fresh roots only: give no reused tree),
+    their Gumbel variables drawn with `gumbel_rng` ([G] uint64; None: 0, a deterministic
+    search); then gumbel_move and gumbel_target read the result. `on_step()` is called after
+    every step (the caller's bookkeeping, such as the score utility's centre); the search also
+    ends once `stop()` returns true (a deadline, a decided move). On `device` "cuda", `roots`,
+    `tree` and `leaves` are the device's (gocore.device) and so are the rng arrays; the search
+    reads back only `root_state`."""
     from gocore.device import backend
 
+    if noise_rng is not None and noise is None:
+        raise ValueError("noise_rng without noise=(alpha_total, epsilon): params.yaml's")
     xp = backend(device)
     games = roots.games
     area = roots.color.shape[1]
@@ -1208,7 +1212,8 @@ def search(
         fresh = ~xp.root_state(tree).expanded
         step(fresh.astype(np.int64))  # expand fresh roots first
     if noise_rng is not None:
-        xp.add_noise_all(tree, noise_rng, noise_games)
+        alpha_total, epsilon = noise
+        xp.add_noise_all(tree, noise_rng, noise_games, alpha_total=alpha_total, epsilon=epsilon)
     if considered > 0:
         xp.upload(visits - 1, tree.budget)  # the walks below the root's own evaluation
         rng = xp.zeros(games, np.uint64) if gumbel_rng is None else gumbel_rng

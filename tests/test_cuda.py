@@ -700,8 +700,10 @@ def test_search_matches_the_cpu(gpu, root):
         S.expand_and_backup_all(host, host_leaves, policy, value, win, score)
         cuda_mod.expand_and_backup_all(device, device_leaves, policy, value, win, score)
         if step == 0 and root == "puct":
-            S.add_noise_all(host, host_rng, np.array([1, 0, 1], bool))
-            cuda_mod.add_noise_all(device, device_rng, np.array([1, 0, 1], bool))
+            S.add_noise_all(host, host_rng, np.array([1, 0, 1], bool), alpha_total=10.83,
+                            epsilon=0.25)  # fmt: skip
+            cuda_mod.add_noise_all(device, device_rng, np.array([1, 0, 1], bool),
+                                   alpha_total=10.83, epsilon=0.25)  # fmt: skip
         elif step == 0:
             host.budget[:] = 24
             device.budget.copy_to_device(host.budget)

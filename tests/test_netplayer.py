@@ -38,6 +38,8 @@ SEARCH = MatchSearchSection(
     score_utility=0.5,
     **PUCT_ROOT,
 ).params()
+# What every NetPlayer here plays with: the search above, two leaves a batch.
+ENGINE = dict(params=SEARCH, leaves_per_game=2)
 
 
 @pytest.fixture(scope="module")
@@ -211,7 +213,7 @@ def test_time_shares_against_hand_values(tiny):
     from play.models import load_evaluator
 
     net, _ = load_evaluator(tiny)
-    engine = GtpEngine(NetPlayer(net, params=SEARCH, visits=8), rules=PRESETS["chinese"], size=9)
+    engine = GtpEngine(NetPlayer(net, **ENGINE, visits=8), rules=PRESETS["chinese"], size=9)
     assert engine.move_seconds(BLACK) is None  # no time settings: no limit
     engine.handle("time_settings 0 30 5")  # Canadian: 30 s for 5 stones from the start
     assert engine.move_seconds(BLACK) == pytest.approx(0.8 * 30 / 5)
@@ -276,7 +278,7 @@ def test_genmove_analyze_and_raw_nn(tiny):
     from play.models import load_evaluator
 
     net, _ = load_evaluator(tiny)
-    player = NetPlayer(net, params=SEARCH, visits=64)
+    player = NetPlayer(net, **ENGINE, visits=64)
     engine = GtpEngine(player, rules=PRESETS["chinese"], size=9)
     for command, kata in (("lz-genmove_analyze b 1", False), ("kata-genmove_analyze w 1", True)):
         response = engine.handle(command)
@@ -331,7 +333,7 @@ DEAD_WHITE = """
 
 def test_dead_stones_and_score_from_the_ownership_head():
     game = game_from_diagram(DEAD_WHITE, rules="chinese", to_move=WHITE)
-    engine = GtpEngine(NetPlayer(MajorityNet(), params=SEARCH, visits=8), rules=PRESETS["chinese"],
+    engine = GtpEngine(NetPlayer(MajorityNet(), **ENGINE, visits=8), rules=PRESETS["chinese"],
                        size=5)  # fmt: skip
     engine.game = game
     assert engine.handle("final_status_list dead") == "= C3\n\n"
@@ -344,7 +346,7 @@ def test_cleanup_captures_dead_stones_before_passing():
     """kgs-genmove_cleanup: Black does not pass while the net judges a white stone dead; it
     fills that stone's liberties until it is captured."""
     game = game_from_diagram(DEAD_WHITE, rules="chinese", to_move=BLACK)
-    engine = GtpEngine(NetPlayer(MajorityNet(), params=SEARCH, visits=32), rules=PRESETS["chinese"],
+    engine = GtpEngine(NetPlayer(MajorityNet(), **ENGINE, visits=32), rules=PRESETS["chinese"],
                        size=5)  # fmt: skip
     engine.game = game
     for _ in range(6):
@@ -370,9 +372,14 @@ class BlackLosesNet(MajorityNet):
 
 def test_resignation_is_an_option_after_some_moves():
     game = Game(5, PRESETS["chinese"])
-    keeps_on = NetPlayer(BlackLosesNet(), params=SEARCH, visits=16)
+    keeps_on = NetPlayer(BlackLosesNet(), **ENGINE, visits=16)
     resigns = NetPlayer(
-        BlackLosesNet(), params=SEARCH, visits=16, resign_below=0.05, resign_after=2
+        BlackLosesNet(),
+        params=SEARCH,
+        leaves_per_game=2,
+        visits=16,
+        resign_below=0.05,
+        resign_after=2,
     )
     assert resigns.genmove(game, BLACK) != "resign"  # move 0: too early
     game.play(BLACK, (2, 2))
@@ -388,7 +395,7 @@ def test_a_spent_clock_still_gets_the_policys_move(tiny):
     from play.models import load_evaluator
 
     net, _ = load_evaluator(tiny)
-    player = NetPlayer(net, params=SEARCH, visits=400)
+    player = NetPlayer(net, **ENGINE, visits=400)
     game = Game(9, PRESETS["chinese"])
     move = player.genmove(game, BLACK, seconds=0.0)
     assert player.last.visits == 1 and len(player.last.moves) == 82  # the root expanded
@@ -402,7 +409,7 @@ def test_an_obvious_move_stops_the_search_early(tiny):
     from play.models import load_evaluator
 
     net, _ = load_evaluator(tiny)
-    player = NetPlayer(net, params=SEARCH, visits=400)
+    player = NetPlayer(net, **ENGINE, visits=400)
     player.genmove(Game(9, PRESETS["chinese"]), BLACK)
     full = player.last.visits
     assert full < 400  # the leader was out of reach before the cap
@@ -417,7 +424,7 @@ def test_a_gumbel_root_spends_its_budget_on_its_considered_moves(tiny):
     from play.models import load_evaluator
 
     net, _ = load_evaluator(tiny)
-    player = NetPlayer(net, params=SEARCH, visits=64, considered=4)
+    player = NetPlayer(net, **ENGINE, visits=64, considered=4)
     game = Game(9, PRESETS["chinese"])
     move = player.genmove(game, BLACK)
     result = player.last
@@ -430,9 +437,9 @@ def test_a_gumbel_root_spends_its_budget_on_its_considered_moves(tiny):
     most = max(m.visits for m in visited)
     assert move in {m.move for m in visited if m.visits == most}
     # No Gumbel draw: the same seed (the net's random symmetries) gives the same search.
-    assert NetPlayer(net, params=SEARCH, visits=64, considered=4).genmove(game, BLACK) == move
+    assert NetPlayer(net, **ENGINE, visits=64, considered=4).genmove(game, BLACK) == move
     with pytest.raises(ValueError, match="considered"):
-        NetPlayer(net, params=SEARCH, visits=64, considered=-1)
+        NetPlayer(net, **ENGINE, visits=64, considered=-1)
 
 
 def test_warming_up_leaves_a_seeds_moves_as_they_were(tiny):
@@ -443,7 +450,7 @@ def test_warming_up_leaves_a_seeds_moves_as_they_were(tiny):
     net, _ = load_evaluator(tiny)
 
     def moves(warm: bool) -> list:
-        player = NetPlayer(net, params=SEARCH, visits=16, seed=3)
+        player = NetPlayer(net, **ENGINE, visits=16, seed=3)
         if warm:
             player.warm_up(9)
         game, out = Game(9, PRESETS["chinese"]), []

@@ -310,7 +310,13 @@ def test_policy_targets_prune_forced_playouts_as_the_formula_says(k):
     params = PARAMS._replace(forced_playouts_k=k)
     roots = gb.new_boards(4, 7, max_moves=200)
     tree = S.search(
-        roots, random_evaluator(4), 150, params=params, noise_rng=S_rng(4), noise_games=True
+        roots,
+        random_evaluator(4),
+        150,
+        params=params,
+        noise_rng=S_rng(4),
+        noise_games=True,
+        noise=(10.83, 0.25),
     )
     targets, kept = S.policy_targets_all(tree, params, roots.color.shape[1])
     pruned_any = False
@@ -356,12 +362,12 @@ def test_root_noise_is_a_dirichlet_mix():
     assert shares.var(axis=0).mean() == pytest.approx(expected_var, rel=0.25)
     # epsilon = 0 leaves the priors alone; the same seed gives the same noise.
     tree.edge_prior[0, start : start + count] = base
-    S.add_noise_all(tree, S_rng(6, 1), True, epsilon=0.0)
+    S.add_noise_all(tree, S_rng(6, 1), True, alpha_total=10.83, epsilon=0.0)
     assert np.allclose(tree.edge_prior[0, start : start + count], base)
     first, second = [], []
     for out in (first, second):
         tree.edge_prior[0, start : start + count] = base
-        S.add_noise_all(tree, S_rng(7, 1), True)
+        S.add_noise_all(tree, S_rng(7, 1), True, alpha_total=10.83, epsilon=0.25)
         out.append(tree.edge_prior[0, start : start + count].copy())
     assert np.array_equal(first[0], second[0])
 
