@@ -16,14 +16,13 @@ torch.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable
 
 import numpy as np
 
 from gocore import features as F
 from gocore import search as S
-from gocore.board import BLACK, PASS, Boards, new_boards
+from gocore.board import BLACK, PASS, Boards, move_cap, new_boards
 from gocore.device import backend
 from gocore.rules import Rules
 from gocore.selfplay import final_score, leaf_values, net_rows, play_some, row_taker
@@ -185,14 +184,14 @@ def play_match(
     a_is_black = np.asarray(a_is_black, np.bool_)
     games = len(a_is_black)
     rng = np.random.default_rng(seed)
-    max_moves = max(8, math.ceil(max_moves_per_area * size * size))
+    max_moves = move_cap(max_moves_per_area, size * size)
     roots = new_boards(games, size, rules, max_moves=max_moves + 1)
     device_roots = xp.mirror(roots)
     leaves = xp.new_leaves(device_roots, leaves_per_game)
     root_work = F.new_work(roots)
     cells = roots.color.shape[1]
-    nodes = visits + leaves_per_game + 2
-    tree = xp.new_tree(games, nodes, nodes * (size * size + 1), leaves_per_game, cells)
+    nodes, edges = S.tree_size(visits, leaves_per_game, size * size)
+    tree = xp.new_tree(games, nodes, edges, leaves_per_game, cells)
     evaluate = LeafEvaluator(
         [net_a, net_b], leaves, tree, leaves_per_game=leaves_per_game,
         score_utility=params.score_utility, rng=rng,

@@ -17,6 +17,7 @@ batched drivers can run games in parallel and the same source can become CUDA de
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import numpy as np
@@ -138,6 +139,12 @@ def point_xy(stride: int, p: int) -> tuple[int, int]:
 def grid(row: np.ndarray, stride: int, size: int) -> np.ndarray:
     """The [size, size] board (row 0 at the top) of one game's [A] padded row, as a view."""
     return row[: (size + 2) * stride].reshape(-1, stride)[1 : size + 1, 1 : size + 1]
+
+
+def move_cap(moves_per_area: float, area: int) -> int:
+    """The moves after which a self-play or match game stops and is scored as it stands
+    (selfplay.max_moves_per_area times the board's points, at least 8)."""
+    return max(8, math.ceil(moves_per_area * area))
 
 
 def default_max_moves(size: int) -> int:

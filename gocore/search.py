@@ -119,6 +119,14 @@ class Tree(NamedTuple):
     root_raw: np.ndarray  # [G] float32 the root's own evaluation (utility, player to move)
 
 
+def tree_size(visits: int, leaves_per_game: int, points: int) -> tuple[int, int]:
+    """(nodes, edges) of a tree that holds a search of `visits` visits taken `leaves_per_game`
+    leaves a step on a board of `points` points (each node's moves and a pass): what the
+    self-play and match drivers allocate."""
+    nodes = visits + leaves_per_game + 2
+    return nodes, nodes * (points + 1)
+
+
 def new_tree(
     games: int, max_nodes: int, max_edges: int, leaves_per_game: int = 1, area: int = MAX_AREA
 ) -> Tree:

@@ -36,7 +36,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import math
 import time
 from collections.abc import Callable, Iterator
 
@@ -51,6 +50,7 @@ from gocore.board import (
     WHITE,
     Boards,
     copy_game,
+    move_cap,
     new_boards,
     play,
     point,
@@ -88,8 +88,9 @@ class SelfPlayConfig:
     full_probability: float  # 0.25
     leaves_per_game: int  # leaves per slot per step (virtual loss)
     search: S.SearchParams
-    root: str  # "puct" (noise, forced playouts, pruned visit targets) or "gumbel"
-    gumbel_considered: int  # the moves a Gumbel root samples (16)
+    # The root, as a match's (gocore.arena): the moves a Gumbel root samples (the paper: 16),
+    # or 0 for a PUCT root (noise, forced playouts, pruned visit targets).
+    considered: int
     noise_alpha_total: float  # Dirichlet alpha x legal moves (0.03 x 361 = 10.83)
     noise_epsilon: float  # 0.25
     temperature_start: float  # 0.8
@@ -441,7 +442,7 @@ class SelfPlay:
         self.layout = layout
         self.tensor = layout
         area = layout * layout
-        self.max_moves = max(8, math.ceil(config.max_moves_per_area * area))
+        self.max_moves = move_cap(config.max_moves_per_area, area)
         self.roots = new_boards(slots, layout, layout=layout, max_moves=self.max_moves + 1)
         self.side_queue = new_boards(slots, layout, layout=layout, max_moves=self.max_moves + 1)
         self.side_info: list[GameInfo] = []
@@ -452,9 +453,9 @@ class SelfPlay:
         self.roots_changed = np.zeros(slots, np.bool_)
         self.leaves = xp.new_leaves(self.device_roots, leaves_per_game)
         cells = self.roots.color.shape[1]
-        max_nodes = config.max_visits + leaves_per_game + 2
-        self.tree = xp.new_tree(slots, max_nodes, max_nodes * (area + 1), leaves_per_game, cells)
-        self.spare = xp.new_tree(slots, max_nodes, max_nodes * (area + 1), leaves_per_game, cells)
+        nodes, edges = S.tree_size(config.max_visits, leaves_per_game, area)
+        self.tree = xp.new_tree(slots, nodes, edges, leaves_per_game, cells)
+        self.spare = xp.new_tree(slots, nodes, edges, leaves_per_game, cells)
         # What the driver sets in the trees, kept on the host (the trees' own arrays on the
         # CPU) and uploaded before the kernels read them.
         self.explore = xp.to_numpy(self.tree.explore)
@@ -634,7 +635,7 @@ class SelfPlay:
         self.kind[idx] = kind
         self.target[idx] = visits
         self.weight[idx] = np.where(self.decided[idx], c.decided_weight, 1.0)
-        gumbel = c.root == "gumbel"
+        gumbel = c.considered > 0
         self.explore[idx] = (kind == FULL) & (not gumbel)
         self.noise_due[idx] = (kind == FULL) | (gumbel & (kind == CHEAP))
         self.budget[idx] = np.maximum(visits - 1, 1)  # walks after the root's own visit
@@ -656,9 +657,9 @@ class SelfPlay:
         priors = xp.to_numpy(xp.root_priors_all(self.tree, self.roots.color.shape[1]))
         self.raw_priors[ready] = priors[ready]
         c = self.config
-        if c.root == "gumbel":
+        if c.considered > 0:
             self._sync()  # the Gumbel schedule reads the budget
-            xp.add_gumbel_all(self.tree, self.noise_rng, ready, c.gumbel_considered)
+            xp.add_gumbel_all(self.tree, self.noise_rng, ready, c.considered)
         else:
             xp.add_noise_all(self.tree, self.noise_rng, ready, alpha_total=c.noise_alpha_total,
                              epsilon=c.noise_epsilon)  # fmt: skip
@@ -792,7 +793,7 @@ class SelfPlay:
         # change before the moves are played below.
         root_priors = functools.cache(lambda: xp.to_numpy(xp.root_priors_all(t, cells)))
         # Move choice.
-        gumbel = c.root == "gumbel"
+        gumbel = c.considered > 0
         if gumbel:
             targets, kept = xp.gumbel_targets_all(t, c.search, cells)
         else:

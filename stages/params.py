@@ -364,8 +364,7 @@ class SelfPlayParams(Section):
         values = {k: getattr(self, k) for k in type(self).model_fields if k not in self.STAGE_ONLY}
         values.update(
             search=self.search.params(),
-            root=self.search.root,
-            gumbel_considered=self.search.gumbel_considered,
+            considered=self.search.considered,
             board_sizes=tuple(sorted(self.board_sizes.items())),
             rules=tuple(self.rules.items()),
             komi=tuple(sorted(self.komi.items())),

@@ -747,8 +747,10 @@ def test_selfplay_on_the_device_plays_the_games_of_the_cpu(gpu, tiny_model, root
     from play.models import load_evaluator
     from tests.conftest import default_section
 
+    section = default_section("selfplay")
+    considered = section.search.model_copy(update={"root": root}).considered
     config = dataclasses.replace(
-        default_section("selfplay").config(), root=root, board_sizes=((5, 1.0),),
+        section.config(), considered=considered, board_sizes=((5, 1.0),),
         full_visits=8, cheap_visits=3, decided_visits=3, handicap_probability=0.3,
         early_fork_probability=0.5, side_position_probability=0.3,
     )  # fmt: skip
