@@ -30,19 +30,19 @@ def previous_champion(generation: int, stage: str) -> Path | None:
     return champion_in(layout.champion_dir(generation - 1))
 
 
-# The history rows' keys that give a checkpoint's SHA-256 (stages.promote.digests).
+# The lineage files' keys that give a checkpoint's SHA-256 (stages.promote.digests).
 DIGEST_KEYS = ("champion_sha256", "candidate_sha256")
 
 
 def lineage(folder: Path) -> dict[str, str]:
     """Every checkpoint the run at `folder` (its run folder, or a clone of its git) made, by
-    SHA-256: what its history rows (reports/history/, committed with dvc.lock) record of
-    each generation's champion and candidates. InputError where there is no such history."""
+    SHA-256: what its lineage files (reports/lineage/, committed with dvc.lock) record of
+    each generation's champion and candidates. InputError where there are none."""
     folder = Path(folder).expanduser()
-    files = sorted((folder / layout.history(0)).parent.glob("gen-*.json"))
+    files = sorted((folder / layout.lineage(0)).parent.glob("gen-*.json"))
     if not files:
         raise InputError(
-            f"--lineage {folder}: no {layout.history('N')} there; give the run's folder or a "
+            f"--lineage {folder}: no {layout.lineage('N')} there; give the run's folder or a "
             "clone of its git (`git clone head:runs/night`), brought up to date (`git pull`)"
         )
     known: dict[str, str] = {}
@@ -52,7 +52,7 @@ def lineage(folder: Path) -> dict[str, str]:
             rows = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError) as e:
             raise InputError(f"--lineage {folder}: {path} cannot be read ({e})") from None
-        for row in rows if isinstance(rows, list) else []:
+        for row in rows if isinstance(rows, list) else [rows]:
             if not isinstance(row, dict):
                 continue
             # A champion is named so before the candidate it was (keys are sorted on disk).
@@ -93,9 +93,9 @@ def check_against(path: Path, spec: str, folder: Path, where: str) -> str:
     if digest in known:
         return known[digest]
     said = (
-        "its history records no SHA-256 (written before tengen recorded them)"
+        "it records no SHA-256 (written before tengen recorded them)"
         if not known
-        else f"it is none of the {len(known)} checkpoints its history records"
+        else f"it is none of the {len(known)} checkpoints it records"
     )
     raise InputError(
         f"--model {spec}: refused: the checkpoint {where} gave (SHA-256 {digest[:16]}...) is "
@@ -110,4 +110,4 @@ def lineage_of_store(uri: str | None) -> Path | None:
     if not uri or not uri.startswith(prefix):
         return None
     folder = Path(uri[len(prefix) :]).parent
-    return folder if (folder / layout.history(0)).parent.is_dir() else None
+    return folder if (folder / layout.lineage(0)).parent.is_dir() else None

@@ -11,6 +11,7 @@ generator, the loop and the tests all take their paths from here.
     reports/train/gen-N[-<net>].json              train_report(N, net)
     reports/gate/gen-N[-<net>].json and /sgf      gate_report(N, net), gate_games(N, net)
     reports/history/gen-N.json                    history(N)
+    reports/lineage/gen-N.json                    lineage(N)
     reports/eval/gen-N.json, gen-N/, history-...  eval_report(N), eval_games(N), eval_history(N)
     logs/<stage>.log, logs/tengen-run.log         stage_log(name), RUN_LOG (not DVC's)
     .dvc/tmp/tengen-run.lock                      RUN_LOCK: one `tengen run` a folder
@@ -116,6 +117,11 @@ def promotion(n: int) -> Path:
 def history(n: int) -> Path:
     """The run's rows up to generation n, one per generation (DVC's plots)."""
     return REPORTS / "history" / f"{_gen(n)}.json"
+
+
+def lineage(n: int) -> Path:
+    """Generation n's champion and candidates by SHA-256, in the run's git (stages.promote)."""
+    return REPORTS / "lineage" / f"{_gen(n)}.json"
 
 
 def eval_games(n: int) -> Path:

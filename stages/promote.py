@@ -49,6 +49,9 @@ class PromoteIO:
     # The run's history, one row per generation, for DVC's plots: reports/history/gen-N.json
     # (None: not written), from reports/{selfplay,train}/gen-N.json and the row list before.
     history: Path | None = None
+    # Generation N's checkpoints by SHA-256 (reports/lineage/gen-N.json; None: not written):
+    # what a player checks a checkpoint from MLflow against (stages.champions.check_against).
+    lineage: Path | None = None
     reports: Path = layout.REPORTS
     # The grown nets' candidates of this generation (stages.lines), beside train.net's above.
     grown: tuple[Contender, ...] = ()
@@ -81,7 +84,11 @@ def dvc(n: int, plan: Plan) -> list[DvcStage]:
                 str(p)
                 for p in [*judged, layout.selfplay_report(n), layout.data_report(n), *before]
             ),
-            outs=(str(layout.champion_dir(n)), {str(layout.history(n)): {"cache": False}}),
+            outs=(
+                str(layout.champion_dir(n)),
+                {str(layout.history(n)): {"cache": False}},
+                {str(layout.lineage(n)): {"cache": False}},
+            ),
             result=str(layout.promotion(n)),
         )
     ]  # fmt: skip
@@ -130,7 +137,7 @@ def run(params: Params, io: PromoteIO) -> dict:
     rows = None
     if io.history is not None:
         rows = history(io, decisions[deciding], chosen is not None, deciding.train_report)
-        rows[-1].update(digests(io, contenders, chosen, previous))
+    lineage = {"generation": io.generation, **digests(io, contenders, chosen, previous)}
     with output_dir(io.out) as tmp:
         if best is not None:
             size, chosen, net, meta = best
@@ -165,6 +172,8 @@ def run(params: Params, io: PromoteIO) -> dict:
         write_json(promotion, tmp / PROMOTION)
     if rows is not None:
         write_json(rows, io.history)
+    if io.lineage is not None:
+        write_json(lineage, io.lineage)
     return {
         "generation": io.generation,
         "promoted": promotion["promoted"],
@@ -176,8 +185,9 @@ def run(params: Params, io: PromoteIO) -> dict:
 def digests(io: PromoteIO, contenders: list[Contender], chosen, previous: dict) -> dict:
     """The SHA-256 of generation N's champion (`champion_sha256`, none before the first
     promotion) and of each of its candidates (`candidate_sha256`, `candidate_sha256_<net>`
-    for a grown net's), for the history row: the run's lineage in its git, against which a
-    player checks a checkpoint fetched from MLflow (play.models)."""
+    for a grown net's): the run's lineage in its git, against which a player checks a
+    checkpoint fetched from MLflow (stages.champions.check_against). Not in the history rows,
+    whose string values DVC's plots cannot draw."""
     out = {}
     if chosen is not None:
         out["champion_sha256"] = sha256_file(chosen.candidate)
@@ -272,6 +282,7 @@ def main(argv: list[str] | None = None) -> int:
             out=args.out or layout.champion_dir(n),
             previous=args.previous or (layout.champion_dir(n - 1) if n else None),
             history=args.history or layout.history(n),
+            lineage=layout.lineage(n),
             grown=grown,
         )
         metrics = run(Params(), io)
