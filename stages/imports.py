@@ -4,9 +4,11 @@ module or inside a function (imports made when a function runs are code the stag
 followed to the end. dvc.yaml's code deps are this set, so an edit to gocore/board.py reruns
 every stage that reaches it through gocore/features.py, and nothing else.
 
-An entry is a module (`stages.train`) or a function of one (`flows.cli_play:gtp`, a command the
-stage starts as a process of its own): for a function, the module's top-level imports and those
-of the function and of the module's functions it calls, not the module's every command.
+An entry is a module (`stages.train`), a function of one (`flows.cli_play:gtp`, a command the
+stage starts as a process of its own) or an object one builds (`flows.cli:app`, the command
+line that process starts in): for a function, the module's top-level imports and those of the
+function and of the module's functions it calls, not the module's every command; for an
+object, the module's top-level imports.
 """
 
 from __future__ import annotations
@@ -70,10 +72,14 @@ def _entry_imports(entry: str, root: Path) -> set[str]:
     if not function:
         return _imports_in(tree.body, root)
     defs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
-    if function not in defs:
-        raise ValueError(f"{entry}: {module} has no function {function}")
     top = [n for n in tree.body if not isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
     out = _imports_in(top, root)
+    if function not in defs:
+        names = {t.id for n in top if isinstance(n, ast.Assign) for t in n.targets
+                 if isinstance(t, ast.Name)}  # fmt: skip
+        if function not in names:
+            raise ValueError(f"{entry}: {module} has no function or object {function}")
+        return out  # an object the module builds as it is imported: its top level
     seen, todo = set(), [function]
     while todo:
         name = todo.pop()
