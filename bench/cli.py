@@ -43,14 +43,8 @@ def bench_nets(
         raise typer.BadParameter(
             f"expected batches like 64,256 (got {batches!r})", param_hint="--batches"
         ) from None
-    rows = []
-    if not as_json:
-        print(TABLE_HEADER, flush=True)
-    for row in run(names, _sizes(sizes), batch_sizes, seconds):
-        rows.append(row)
-        if not as_json:
-            print(format_row(row), flush=True)
-    print(json.dumps(rows) if as_json else format_footer(rows))
+    _stream(run(names, _sizes(sizes), batch_sizes, seconds), TABLE_HEADER, format_row, as_json,
+            footer=format_footer)  # fmt: skip
 
 
 @bench_app.command("features")
@@ -187,17 +181,10 @@ def bench_selfplay(
                 param_hint="--runs",
             )
         pairs.append((net, int(board)))
-    rows = []
-    if not as_json:
-        print(HEADER, flush=True)
-    for row in run(pairs, slots=[int(s) for s in slot_counts], leaves=leaves, seconds=seconds,
-                   params_path=params, device=device, dtypes=dtypes, compiles=compiles,
-                   encoder_registers=caps, profile=profile, lockstep=lockstep):  # fmt: skip
-        rows.append(row)
-        if not as_json:
-            print(format_row(row), flush=True)
-    if as_json:
-        print(json.dumps(rows))
+    rows = run(pairs, slots=[int(s) for s in slot_counts], leaves=leaves, seconds=seconds,
+               params_path=params, device=device, dtypes=dtypes, compiles=compiles,
+               encoder_registers=caps, profile=profile, lockstep=lockstep)  # fmt: skip
+    _stream(rows, HEADER, format_row, as_json)
 
 
 @bench_app.command("scale")
@@ -360,17 +347,10 @@ def bench_play(
         counts = [int(v) for v in visits.split(",")]
     except ValueError:
         raise typer.BadParameter(f"expected numbers like 64,400 (got {visits!r})") from None
-    rows = []
-    if not as_json:
-        print(HEADER, flush=True)
-    for name in names:
-        for row in bench_one(name, board, counts, leaves=leaves or engine.leaves_per_game,
-                             moves=moves, params=engine.search.params()):  # fmt: skip
-            rows.append(row)
-            if not as_json:
-                print(format_row(row), flush=True)
-    if as_json:
-        print(json.dumps(rows))
+    rows = (row for name in names
+            for row in bench_one(name, board, counts, leaves=leaves or engine.leaves_per_game,
+                                 moves=moves, params=engine.search.params()))  # fmt: skip
+    _stream(rows, HEADER, format_row, as_json)
 
 
 @bench_app.command("rules")
@@ -389,6 +369,22 @@ def bench_rules(
 
     rows = run(_sizes(sizes), seconds)
     print(json.dumps(rows) if as_json else format_table(rows))
+
+
+def _stream(rows, header: str, format_row, as_json: bool, footer=None) -> None:
+    """Each row printed as it is measured, under `header` (and `footer(rows)` at the end), or
+    the whole list as JSON once measured."""
+    done = []
+    if not as_json:
+        print(header, flush=True)
+    for row in rows:
+        done.append(row)
+        if not as_json:
+            print(format_row(row), flush=True)
+    if as_json:
+        print(json.dumps(done))
+    elif footer is not None:
+        print(footer(done))
 
 
 def _sizes(text: str) -> tuple[int, ...]:
