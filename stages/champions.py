@@ -3,11 +3,10 @@ against or from, and how big it is; what selfplay, gate, promote and evaluate sh
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from stages import layout
-from stages.cli import InputError
+from stages.cli import InputError, read_report
 
 
 def champion_in(folder: Path) -> Path | None:
@@ -48,10 +47,7 @@ def lineage(folder: Path) -> dict[str, str]:
     known: dict[str, str] = {}
     newest = (-1, None)  # the newest generation's champion, by (generation, digest)
     for path in files:
-        try:
-            rows = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as e:
-            raise InputError(f"--lineage {folder}: {path} cannot be read ({e})") from None
+        rows = read_report(path, f"--lineage {folder}", "the promote stage that wrote it")
         for row in rows if isinstance(rows, list) else [rows]:
             if not isinstance(row, dict):
                 continue
