@@ -21,11 +21,12 @@ from collections.abc import Callable
 import numpy as np
 
 from gocore import features as F
+from gocore import mcts
 from gocore import search as S
-from gocore.board import BLACK, PASS, Boards, move_cap, new_boards
+from gocore.board import BLACK, PASS, Boards, move_cap, new_boards, play_some
 from gocore.device import backend
 from gocore.rules import Rules
-from gocore.selfplay import final_score, leaf_values, net_rows, play_some, row_taker
+from gocore.selfplay import final_score, leaf_values, net_rows, row_taker
 
 
 @dataclasses.dataclass(frozen=True)
@@ -206,7 +207,7 @@ def play_match(
         xp.upload(np.zeros(games, np.int8), tree.explore)
         evaluate.reset_centres()
         draws = rng.integers(0, 2**63, games, dtype=np.uint64) if considered else None
-        S.search(
+        mcts.search(
             device_roots, evaluate, np.where(over, 0, visits), params=params,
             leaves_per_game=leaves_per_game, tree=tree, leaves=leaves,
             on_step=evaluate.update_centres, considered=considered, gumbel_rng=draws,

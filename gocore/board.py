@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from gocore.jit import driver, kernel, over_games
+from gocore.jit import CPU, batched, kernel, per_game
 from gocore.rules import (
     KO_SIMPLE,
     KO_SITUATIONAL,
@@ -820,50 +820,60 @@ def score(b, g, dead, seki, owner):
 # ---------------------------------------------------------------------------------------------
 
 
-@driver
-def _reset_range(b, start, stop):
-    for g in range(start, stop):
-        reset(b, g)
+@per_game("reset")
+def reset_step(g, b):
+    reset(b, g)
 
 
-@driver
-def _play_range(b, moves, status, start, stop):
-    for g in range(start, stop):
-        status[g] = play(b, g, moves[g], b.to_move[g])
+@per_game("play")
+def play_step(g, b, moves, status):
+    status[g] = play(b, g, moves[g], b.to_move[g])
 
 
-@driver
-def _legal_range(b, out, start, stop):
-    for g in range(start, stop):
-        legal_row(b, g, b.to_move[g], out[g])
+@per_game("legal")
+def legal_step(g, b, out):
+    legal_row(b, g, b.to_move[g], out[g])
 
 
-@driver
-def _score_range(b, dead, seki, owner, out, start, stop):
-    for g in range(start, stop):
-        out[g] = score(b, g, dead[g], seki[g], owner[g])
+@per_game("play_some")
+def play_some_step(g, b, moves, which):
+    if which[g]:
+        play(b, g, moves[g], b.to_move[g])
 
 
-def reset_all(b: Boards) -> None:
+@per_game("score")
+def score_step(g, b, dead, seki, owner, out):
+    out[g] = score(b, g, dead[g], seki[g], owner[g])
+
+
+@batched
+def reset_all(b: Boards, *, on=CPU) -> None:
     """Clear every game (to its own size), black to move."""
-    over_games(_reset_range, b.games, b)
+    on.run(reset_step, b.games, b)
 
 
-def play_all(b: Boards, moves: np.ndarray) -> np.ndarray:
+@batched
+def play_all(b: Boards, moves, *, on=CPU):
     """Every game g plays moves[g] ([G] padded points, PASS = 0) for its side to move.
 
     Returns [G] int32 statuses: LEGAL, or why the move was refused (that game is unchanged).
     """
-    status = np.zeros(b.games, np.int32)
-    over_games(_play_range, b.games, b, np.ascontiguousarray(moves, dtype=np.int64), status)
+    status = on.output(b.games, np.int32)
+    on.run(play_step, b.games, b, on.array(moves, np.int64), status)
     return status
 
 
-def legal_all(b: Boards) -> np.ndarray:
+@batched
+def legal_all(b: Boards, *, on=CPU):
     """[G, A] bool: whether each game's side to move may play each point (column PASS: pass)."""
-    out = np.zeros(b.color.shape, np.bool_)
-    over_games(_legal_range, b.games, b, out)
+    out = on.output(b.color.shape, np.bool_)
+    on.run(legal_step, b.games, b, out)
     return out
+
+
+def play_some(b: Boards, moves: np.ndarray, which: np.ndarray) -> None:
+    """Game g plays moves[g] (its player to move) where which[g]."""
+    CPU.run(play_some_step, b.games, b, CPU.array(moves, np.int64), CPU.array(which, np.bool_))
 
 
 def score_all(
@@ -877,5 +887,5 @@ def score_all(
     seki = no_marks if seki is None else seki
     owner = np.zeros(b.color.shape, np.int8)
     out = np.zeros(b.games, np.float64)
-    over_games(_score_range, b.games, b, dead, seki, owner, out)
+    CPU.run(score_step, b.games, b, dead, seki, owner, out)
     return out, owner

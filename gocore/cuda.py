@@ -6,9 +6,11 @@ How one source becomes two targets: every function decorated with `gocore.jit.ke
 `routine` is recorded. Here each one's Python function is rebuilt over a copy of its module's
 globals in which every recorded kernel is replaced by its CUDA twin, and compiled with
 `numba.cuda.jit(device=True)`. A kernel calling `legality` thus calls the CPU `legality` on the
-CPU and the CUDA `legality` on the GPU, with no change to its source. The entry points below
-(`_play_entry`, ...) are written the same way: plain functions over the CPU names, rebuilt
-with the CUDA namespace and compiled with `cuda.jit`.
+CPU and the CUDA `legality` on the GPU, with no change to its source. The entry points
+(`ENTRIES`: `_play_entry`, ...), one for each per-game step that gocore.jit.per_game declares,
+are written the same way: plain functions over the CPU names, rebuilt with the CUDA namespace
+and compiled with `cuda.jit`. The batched functions over them (gocore.search's
+`select_all`, ...) are written once over `on`; `GPU` here is what they run on for the GPU.
 
 Needs the optional numba-cuda package (`pip install 'tengen[cuda]'`). Under the CUDA simulator
 (`NUMBA_ENABLE_CUDASIM=1`) the same code runs as Python on the CPU, which is how the tests
@@ -109,9 +111,10 @@ def _is_twinned(value, twins: dict) -> bool:
 
 
 def _rebuilt_entry(fn):
-    """An entry point's function over this module's globals with the CUDA twins swapped in."""
+    """An entry point's function over its globals (the CPU kernels' names) with the CUDA twins
+    swapped in."""
     twins, _ = _twins()
-    namespace = dict(globals())
+    namespace = dict(fn.__globals__)
     for name, value in list(namespace.items()):
         if _is_twinned(value, twins):
             namespace[name] = twins[value]
@@ -180,12 +183,10 @@ def _safe_cache_class():
     return SafeCache
 
 
-def _entry(fn=None, *, capped: bool = False):
+def _entry(fn, *, capped: bool = False):
     """Compile an entry point written over CPU kernel names as a CUDA kernel (lazily), cached
     on disk on a GPU (`disk_cache`). A `capped` entry (the encoder's) is compiled once for each
     register cap it is launched with (`encoder_registers`)."""
-    if fn is None:
-        return functools.partial(_entry, capped=capped)
 
     @functools.cache
     def compiled(registers: int | None = None):
@@ -243,239 +244,39 @@ def set_encoder_registers(registers: int | None) -> None:
     _encoder_registers, _encoder_registers_read = registers, True
 
 
-# Entry points: one game per thread. Names below refer to the CPU kernels; `_entry` swaps in
-# the CUDA twins.
-reset = board.reset
-play = board.play
-legal_row = board.legal_row
-encode = features.encode
-remember_ladders = features.remember_ladders
-ladders_now = features.ladders_now
-pass_alive_area = features.pass_alive_area
-policy_to_points = features.policy_to_points
-legal_to_tensor = features.legal_to_tensor
-play_out = playout.play_out
-select_game = search.select_game
-expand_backup_game = search.expand_backup_game
-add_root_noise = search.add_root_noise
-policy_target = search.policy_target
-add_root_gumbel = search.add_root_gumbel
-gumbel_target = search.gumbel_target
-gumbel_move = search.gumbel_move
-reroot_game = search.reroot_game
-copy_tree = search.copy_tree
-reset_tree = search.reset_tree
-root_priors = search.root_priors
-gather_root = search.gather_root
+# Data movement on the device, a thread an element of the flattened rows (`games` of them is
+# rows x width): steps like the Go core's, run on the GPU only.
 
 
-@_entry
-def _reset_entry(b):
-    g = cuda.grid(1)
-    if g < b.size.shape[0]:
-        reset(b, g)
-
-
-@_entry
-def _play_entry(b, moves, status):
-    g = cuda.grid(1)
-    if g < b.size.shape[0]:
-        status[g] = play(b, g, moves[g], b.to_move[g])
-
-
-@_entry
-def _legal_entry(b, out):
-    g = cuda.grid(1)
-    if g < b.size.shape[0]:
-        legal_row(b, g, b.to_move[g], out[g])
-
-
-@_entry
-def _remember_entry(b, w, which):
-    q = cuda.grid(1)
-    if q < w.memo_tag.shape[0]:
-        remember_ladders(b, q, w, which)
-
-
-@_entry(capped=True)
-def _encode_entry(b, w, rows, symmetry, planes, glob):
-    i = cuda.grid(1)
-    if i < rows.shape[0]:
-        g = np.int64(rows[i])
-        encode(b, g, w, symmetry[g], planes[g], glob[g])
-
-
-@_entry
-def _ladders_entry(b, w, catches):
-    g = cuda.grid(1)
-    if g < b.size.shape[0]:
-        ladders_now(b, g, w, catches[g])
-
-
-@_entry
-def _pass_alive_entry(b, w):
-    g = cuda.grid(1)
-    if g < b.size.shape[0]:
-        pass_alive_area(b, g, w)
-
-
-@_entry
-def _policy_entry(b, symmetry, policy, tensor, out):
-    g = cuda.grid(1)
-    if g < b.size.shape[0]:
-        policy_to_points(b, g, symmetry[g], policy[g], tensor, out[g])
-
-
-@_entry
-def _legal_tensor_entry(b, symmetry, tensor, out):
-    g = cuda.grid(1)
-    if g < b.size.shape[0]:
-        legal_to_tensor(b, g, symmetry[g], tensor, out[g])
-
-
-@_entry
-def _play_out_entry(b, rng, avoid_own_eyes):
-    g = cuda.grid(1)
-    if g < b.size.shape[0]:
-        play_out(b, g, rng, avoid_own_eyes)
-
-
-# The search: one game's tree per thread.
-
-
-@_entry
-def _reset_tree_entry(t, which):
-    g = cuda.grid(1)
-    if g < t.node_count.shape[0] and which[g]:
-        reset_tree(t, g)
-
-
-@_entry
-def _select_entry(t, roots, leaves, params, budget, no_marks, owner):
-    g = cuda.grid(1)
-    if g < t.node_count.shape[0]:
-        select_game(t, g, roots, leaves, params, budget[g], no_marks, owner)
-
-
-@_entry
-def _expand_backup_entry(t, leaves, policy, value, win, black_score):
-    g = cuda.grid(1)
-    if g < t.node_count.shape[0]:
-        expand_backup_game(t, g, leaves, policy, value, win, black_score)
-
-
-@_entry
-def _noise_entry(t, rng, alpha_total, epsilon, which):
-    g = cuda.grid(1)
-    if g < t.node_count.shape[0] and which[g]:
-        add_root_noise(t, g, rng, alpha_total, epsilon)
-
-
-@_entry
-def _targets_entry(t, params, out, kept):
-    g = cuda.grid(1)
-    if g < t.node_count.shape[0]:
-        kept[g] = policy_target(t, g, params, out[g])
-
-
-@_entry
-def _gumbel_entry(t, rng, considered, sample, which):
-    g = cuda.grid(1)
-    if g < t.node_count.shape[0] and which[g]:
-        add_root_gumbel(t, g, rng, considered, sample)
-
-
-@_entry
-def _gumbel_targets_entry(t, params, out, kept):
-    g = cuda.grid(1)
-    if g < t.node_count.shape[0]:
-        kept[g] = gumbel_target(t, g, params, out[g])
-
-
-@_entry
-def _gumbel_moves_entry(t, params, out):
-    g = cuda.grid(1)
-    if g < t.node_count.shape[0]:
-        out[g] = gumbel_move(t, g, params)
-
-
-@_entry
-def _reroot_entry(t, moves, into, which):
-    g = cuda.grid(1)
-    if g < t.node_count.shape[0] and which[g]:
-        reroot_game(t, g, moves[g], into)
-
-
-@_entry
-def _copy_tree_entry(src, dst, which):
-    g = cuda.grid(1)
-    if g < src.node_count.shape[0] and which[g]:
-        copy_tree(src, g, dst, g)
-
-
-@_entry
-def _priors_entry(t, out):
-    g = cuda.grid(1)
-    if g < t.node_count.shape[0]:
-        root_priors(t, g, out[g])
-
-
-@_entry
-def _gather_entry(t, ints, sums):
-    g = cuda.grid(1)
-    if g < t.node_count.shape[0]:
-        gather_root(t, g, ints, sums)
-
-
-@_entry
-def _take_rows_entry(src, rows, dst):
-    # One thread per (row, column) of the flattened rows.
-    i = cuda.grid(1)
+@jit.per_game("take_rows")
+def _take_rows_step(i, src, rows, dst):
     width = src.shape[1]
-    if i < rows.shape[0] * width:
-        r = i // width
-        dst[r, i - r * width] = src[rows[r], i - r * width]
+    r = i // width
+    dst[r, i - r * width] = src[rows[r], i - r * width]
 
 
-@_entry
-def _put_rows_entry(src, rows, dst):
+@jit.per_game("put_rows")
+def _put_rows_step(i, src, rows, dst):
     # take_rows' inverse: src's first rows.shape[0] rows to dst's rows `rows`.
-    i = cuda.grid(1)
     width = src.shape[1]
-    if i < rows.shape[0] * width:
-        r = i // width
-        dst[rows[r], i - r * width] = src[r, i - r * width]
+    r = i // width
+    dst[rows[r], i - r * width] = src[r, i - r * width]
 
 
+# The entry point of every per-game step (gocore.jit.per_game), a thread a game, by the step's
+# name: `_<name>_entry(*args, games)`, made from source text over the CPU names and compiled
+# (lazily) with the CUDA twins swapped in.
 ENTRIES = {
-    "reset": _reset_entry,
-    "play": _play_entry,
-    "legal": _legal_entry,
-    "remember": _remember_entry,
-    "encode": _encode_entry,
-    "ladders": _ladders_entry,
-    "pass_alive": _pass_alive_entry,
-    "policy": _policy_entry,
-    "play_out": _play_out_entry,
-    "legal_tensor": _legal_tensor_entry,
-    "reset_tree": _reset_tree_entry,
-    "select": _select_entry,
-    "expand_backup": _expand_backup_entry,
-    "noise": _noise_entry,
-    "targets": _targets_entry,
-    "gumbel": _gumbel_entry,
-    "gumbel_targets": _gumbel_targets_entry,
-    "gumbel_moves": _gumbel_moves_entry,
-    "reroot": _reroot_entry,
-    "copy_tree": _copy_tree_entry,
-    "priors": _priors_entry,
-    "gather": _gather_entry,
-    "take_rows": _take_rows_entry,
-    "put_rows": _put_rows_entry,
+    name: _entry(
+        step.source("cuda", __file__, {"cuda": cuda, "step": step.kernel}), capped=step.capped
+    )  # fmt: skip
+    for name, step in jit.STEPS.items()
 }
 
 
 def _launch(entry, games: int, *args) -> None:
+    """Run a step's entry over `games` threads (the entry's last argument)."""
+    args = (*args, games)
     if games == 0:
         return  # a grid of no blocks is an error to numba-cuda
     blocks = (games + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK
@@ -575,53 +376,6 @@ def _host_shell(b: Boards, max_moves: int = 1) -> Boards:
     return board.new_boards(len(sizes), sizes, rules, layout=b.layout, max_moves=max_moves)
 
 
-def reset_all(b: Boards) -> None:
-    _launch(_reset_entry, b.games, b)
-
-
-def play_all(b: Boards, moves):
-    status = cuda.device_array(b.games, np.int32)
-    _launch(_play_entry, b.games, b, _on_device(moves, np.int64), status)
-    return status
-
-
-def legal_all(b: Boards):
-    out = cuda.device_array(b.color.shape, np.bool_)
-    _launch(_legal_entry, b.games, b, out)
-    return out
-
-
-def encode_all(b: Boards, work: FeatureWork, planes, glob, symmetry=None) -> None:
-    """As features.encode_all, into device buffers (numba device arrays, or anything with
-    __cuda_array_interface__ such as a torch CUDA tensor)."""
-    encode_some(b, work, True, planes, glob, symmetry)
-
-
-def encode_some(b: Boards, work: FeatureWork, which, planes, glob, symmetry=None, *,
-                phase=features.untimed) -> None:  # fmt: skip
-    """As features.encode_some, into device buffers: `remember` (a thread a group), then the
-    encoder, a thread a marked row in features.encode_order's order (the most work expected
-    first, from the work their positions 1 turn ago took, which `remember` leaves in
-    work.row_work): a warp's 32 rows run in lockstep, so rows of like work share warps. The
-    order costs a round trip: [G] int32 to the host (after `remember`), sorted there, [K] int32
-    back. The "encode" phase holds all but the `remember` kernel: the checks (the boards' sizes
-    read from the device), the order and the encoder."""
-    with phase("encode"):
-        sizes = _host(b.size)
-        features.check_work(b.color.shape, b.stride, work)
-        features.check_buffers(b.games, int(sizes.max()), planes.shape, glob.shape)
-        symmetry = features.check_symmetries(None if symmetry is None else _host(symmetry),
-                                             b.games)  # fmt: skip
-        which = np.ascontiguousarray(np.broadcast_to(_host(which), (b.games,)), np.bool_)
-    with phase("remember"):
-        _launch(_remember_entry, work.memo_tag.shape[0], b, work, _on_device(which, np.bool_))
-    with phase("encode"):
-        rows = features.encode_order(which, _host(work.row_work))
-        if len(rows):
-            _launch(_encode_entry, len(rows), b, work, cuda.to_device(rows),
-                    cuda.to_device(symmetry), _as_device(planes), _as_device(glob))  # fmt: skip
-
-
 def ladders_all(b: Boards, work: FeatureWork):
     """As features.ladders_all, on the device: (work.laddered, [G, A] int8 catches), device
     arrays, the first the work space's own (valid until its next use). The encoder's read of
@@ -629,7 +383,7 @@ def ladders_all(b: Boards, work: FeatureWork):
     encoder)."""
     features.check_work(b.color.shape, b.stride, work)
     catches = cuda.device_array(b.color.shape, np.int8)  # ladders_now clears each row
-    _launch(_ladders_entry, b.games, b, work, catches)
+    GPU.run(features.ladders_step, b.games, b, work, catches)
     return work.laddered, catches
 
 
@@ -638,35 +392,8 @@ def pass_alive_all(b: Boards, work: FeatureWork):
     (valid until its next use). The encoder's Benson part alone, a thread a game (`bench
     features` times it apart from the encoder)."""
     features.check_work(b.color.shape, b.stride, work)
-    _launch(_pass_alive_entry, b.games, b, work)
+    GPU.run(features.pass_alive_step, b.games, b, work)
     return work.area
-
-
-def legal_tensor_all(b: Boards, tensor: int, symmetry=None):
-    """As features.legal_tensor_all, on the device."""
-    largest = int(_host(b.size).max())
-    if tensor < largest:
-        raise ValueError(f"a {tensor}x{tensor} tensor cannot hold a {largest} board")
-    symmetry = features.check_symmetries(None if symmetry is None else _host(symmetry), b.games)
-    out = cuda.device_array((b.games, tensor * tensor + 1), np.bool_)
-    _launch(_legal_tensor_entry, b.games, b, cuda.to_device(symmetry), tensor, out)
-    return out
-
-
-def play_out_all(b: Boards, rng, avoid_own_eyes: bool) -> None:
-    """Random playouts to the end in every game (rng: [G] uint64 state, e.g. on the device)."""
-    _launch(_play_out_entry, b.games, b, _on_device(rng, np.uint64), avoid_own_eyes)
-
-
-def policy_all(b: Boards, policy, symmetry=None):
-    """As features.policy_all; the policy may be numpy (copied over) or on the device."""
-    tensor = features.check_policy(b.games, int(_host(b.size).max()), policy.shape)
-    symmetry = features.check_symmetries(None if symmetry is None else _host(symmetry), b.games)
-    out = cuda.device_array(b.color.shape, np.float32)
-    if isinstance(policy, np.ndarray):
-        policy = cuda.to_device(np.ascontiguousarray(policy, dtype=np.float32))
-    _launch(_policy_entry, b.games, b, cuda.to_device(symmetry), _as_device(policy), tensor, out)
-    return out
 
 
 # The search's batched API, as in gocore.search; trees stay on the device.
@@ -680,100 +407,63 @@ def new_leaves(roots: Boards, leaves_per_game: int) -> Boards:
     return to_device(search.new_leaves(_host_shell(roots, roots.max_moves), leaves_per_game))
 
 
-def _games(t) -> int:
-    return t.node_count.shape[0]
-
-
-def _mask(which, games: int):
-    return _on_device(np.broadcast_to(_host(which), (games,)), np.bool_)
-
-
-def reset_some(t, which) -> None:
-    _launch(_reset_tree_entry, _games(t), t, _mask(which, _games(t)))
-
-
 # Per leaf boards (by id, dropped when they go): the select kernel's [B, A] arrays, made once,
 # not uploaded each step: no dead stones (zeros, only read) and the owners a terminal leaf's
 # scoring writes.
 _select_arrays: dict[int, tuple] = {}
 
 
-def select_all(t, roots: Boards, leaves: Boards, params: search.SearchParams, budget) -> None:
-    arrays = _select_arrays.get(id(leaves.color))
-    if arrays is None:
-        arrays = _select_arrays[id(leaves.color)] = (
-            cuda.to_device(np.zeros(leaves.color.shape, np.bool_)),
-            cuda.device_array(leaves.color.shape, np.int8),
-        )
-        weakref.finalize(leaves.color, _select_arrays.pop, id(leaves.color), None)
-    no_marks, owner = arrays
-    budget = _on_device(budget, np.int64)
-    _launch(_select_entry, _games(t), t, roots, leaves, params, budget, no_marks, owner)
+class _Gpu:
+    """The GPU's side of a batched function written over `on` (gocore.jit.CPU's twin): the
+    arrays stay on the device, a step runs a thread a game."""
+
+    name = "cuda"
+    # A warp's 32 threads run in lockstep: the encoder groups rows of like work.
+    lockstep = True
+
+    @staticmethod
+    def run(step: jit.Step, games: int, *args, threads: int | None = None) -> None:
+        _launch(ENTRIES[step.name], games, *args)
+
+    @staticmethod
+    def array(x, dtype):
+        """On the device: a device array as it is, numpy copied over (as `dtype`), anything
+        else with __cuda_array_interface__ (a torch CUDA tensor) without a copy."""
+        if hasattr(x, "copy_to_host"):
+            return x
+        if hasattr(x, "__cuda_array_interface__"):
+            return cuda.as_cuda_array(x)
+        return cuda.to_device(np.ascontiguousarray(x, dtype=dtype))
+
+    @staticmethod
+    def mask(which, games: int):
+        return GPU.array(np.broadcast_to(_host(which), (games,)), np.bool_)
+
+    @staticmethod
+    def output(shape, dtype):
+        return cuda.device_array(shape, dtype)  # each step writes its rows whole
+
+    @staticmethod
+    def buffer(x):
+        return _as_device(x)
+
+    @staticmethod
+    def host(x) -> np.ndarray:
+        return _host(x)
+
+    @staticmethod
+    def select_scratch(leaves):
+        arrays = _select_arrays.get(id(leaves.color))
+        if arrays is None:
+            arrays = _select_arrays[id(leaves.color)] = (
+                cuda.to_device(np.zeros(leaves.color.shape, np.bool_)),
+                cuda.device_array(leaves.color.shape, np.int8),
+            )
+            weakref.finalize(leaves.color, _select_arrays.pop, id(leaves.color), None)
+        return arrays
 
 
-def expand_and_backup_all(t, leaves: Boards, policy, value, win=None, black_score=None) -> None:
-    """As search.expand_and_backup_all; each array numpy (copied over) or on the device."""
-    value = _on_device(value, np.float32)
-    win = value if win is None else _on_device(win, np.float32)
-    if black_score is None:
-        black_score = cuda.to_device(np.zeros(leaves.games, np.float32))
-    black_score = _on_device(black_score, np.float32)
-    policy = _on_device(policy, np.float32)
-    _launch(_expand_backup_entry, _games(t), t, leaves, policy, value, win, black_score)
-
-
-def add_noise_all(t, rng, which, *, alpha_total: float, epsilon: float) -> None:
-    games = _games(t)
-    _launch(_noise_entry, games, t, _on_device(rng, np.uint64), alpha_total, epsilon,
-            _mask(which, games))  # fmt: skip
-
-
-def policy_targets_all(t, params: search.SearchParams, area: int):
-    out = cuda.device_array((_games(t), area), np.float32)  # each row written whole
-    kept = cuda.device_array(_games(t), np.float64)
-    _launch(_targets_entry, _games(t), t, params, out, kept)
-    return out, kept
-
-
-def add_gumbel_all(t, rng, which, considered: int, sample: bool = True) -> None:
-    games = _games(t)
-    _launch(_gumbel_entry, games, t, _on_device(rng, np.uint64), int(considered), bool(sample),
-            _mask(which, games))  # fmt: skip
-
-
-def gumbel_targets_all(t, params: search.SearchParams, area: int):
-    out = cuda.device_array((_games(t), area), np.float32)  # each row written whole
-    kept = cuda.device_array(_games(t), np.float64)
-    _launch(_gumbel_targets_entry, _games(t), t, params, out, kept)
-    return out, kept
-
-
-def gumbel_moves_all(t, params: search.SearchParams):
-    out = cuda.device_array(_games(t), np.int64)
-    _launch(_gumbel_moves_entry, _games(t), t, params, out)
-    return out
-
-
-def reroot_some(t, spare, moves, which) -> None:
-    games = _games(t)
-    which = _mask(which, games)
-    _launch(_reroot_entry, games, t, _on_device(moves, np.int64), spare, which)
-    _launch(_copy_tree_entry, games, spare, t, which)
-
-
-def root_priors_all(t, area: int):
-    out = cuda.device_array((_games(t), area), np.float32)
-    _launch(_priors_entry, _games(t), t, out)
-    return out
-
-
-def root_state(t) -> search.RootState:
-    """As search.root_state: gathered on the device, two small arrays brought to the host."""
-    games, per = t.leaf.shape
-    ints = cuda.device_array((games, 2 + 2 * per), np.int32)
-    sums = cuda.device_array((games, 3), np.float32)
-    _launch(_gather_entry, games, t, ints, sums)
-    return search.root_state_of(ints.copy_to_host(), sums.copy_to_host())
+GPU = _Gpu()
 
 
 def take_rows(x, rows):
@@ -785,7 +475,7 @@ def take_rows(x, rows):
     flat = x.reshape(shape[0], -1)
     out = cuda.device_array((len(rows), flat.shape[1]), x.dtype)
     rows = cuda.to_device(np.ascontiguousarray(rows, np.int64))
-    _launch(_take_rows_entry, len(rows) * flat.shape[1], flat, rows, out)
+    GPU.run(_take_rows_step, len(rows) * flat.shape[1], flat, rows, out)
     return out.reshape((len(rows), *shape[1:]))
 
 
@@ -860,7 +550,7 @@ def _scatter(src, device_rows, k: int, out) -> None:
     """out[rows[i]] = src[i] for i < k, on the device (the put_rows kernel), src and out
     C-contiguous with rows of the same size."""
     flat = out.reshape(out.shape[0], -1)
-    _launch(_put_rows_entry, k * flat.shape[1], src.reshape(src.shape[0], -1), device_rows, flat)
+    GPU.run(_put_rows_step, k * flat.shape[1], src.reshape(src.shape[0], -1), device_rows, flat)
 
 
 def put_rows(values, rows, out) -> None:
@@ -890,12 +580,6 @@ def put_rows(values, rows, out) -> None:
 
 def _host(x):
     return x.copy_to_host() if hasattr(x, "copy_to_host") else np.asarray(x)
-
-
-def _on_device(x, dtype):
-    if hasattr(x, "copy_to_host"):
-        return x
-    return cuda.to_device(np.ascontiguousarray(x, dtype=dtype))
 
 
 def _as_device(x):
@@ -943,6 +627,8 @@ def entry_code(cc: tuple[int, int] = (9, 0), names=None, output: str = "ptx"):
     samples = {
         "reset": (b,),
         "play": (b, i64, np.zeros(2, np.int32)),
+        "play_some": (b, i64, which),
+        "score": (b, marks[:2], marks[:2], np.zeros(b.color.shape, np.int8), np.zeros(2)),
         "legal": (b, np.zeros(b.color.shape, np.bool_)),
         "remember": (b, w, which),
         "encode": (b, w, np.zeros(2, np.int32), i64, planes, glob),
@@ -974,7 +660,7 @@ def entry_code(cc: tuple[int, int] = (9, 0), names=None, output: str = "ptx"):
     for name, entry in ENTRIES.items():
         if names is not None and name not in names:
             continue
-        signature = tuple(numba.typeof(arg) for arg in samples[name])
+        signature = tuple(numba.typeof(arg) for arg in (*samples[name], 2))  # 2 games
         fn = _rebuilt_entry(entry.py_func)
         if output == "ptx":
             code, _ = cuda.compile_ptx(fn, signature, cc=cc)

@@ -1,6 +1,10 @@
 """Which target runs the Go core. `device: cpu|cuda` (params.yaml) picks a Backend; the code
 above gocore calls its functions and never asks which one it got.
 
+Each batched function is written once over `on` (gocore.jit.per_game, gocore.jit.batched):
+the CPU backend takes it as it is, the CUDA backend bound to gocore.cuda.GPU; what is made
+differently on each target (new arrays, moving them) is listed here by hand.
+
 Arrays a backend returns live where it computes: numpy on the CPU, numba device arrays on the
 GPU (they expose __cuda_array_interface__, so `torch.as_tensor(planes, device="cuda")` takes the
 feature buffer without a copy). `to_numpy` brings any of them to the host.
@@ -9,6 +13,7 @@ feature buffer without a copy). `to_numpy` brings any of them to the host.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 
 import numpy as np
@@ -70,39 +75,32 @@ def _put_rows_cpu(values, rows, out: np.ndarray) -> None:
     out[rows] = np.asarray(values)
 
 
+def _batched() -> dict[str, Callable]:
+    """The batched functions written once over `on` (gocore.jit.batched), by name."""
+    from gocore import board, features, jit, playout, search  # noqa: F401  (registers them)
+
+    return dict(jit.BATCHED)
+
+
 def _cpu() -> Backend:
     from gocore import board, features, playout, search
 
     return Backend(
         name="cpu",
         new_boards=board.new_boards,
-        reset_all=board.reset_all,
-        play_all=board.play_all,
-        legal_all=board.legal_all,
-        play_out_all=playout.play_out_all,
         new_work=features.new_work,
-        encode_all=features.encode_all,
-        policy_all=features.policy_all,
-        legal_tensor_all=features.legal_tensor_all,
         zeros=np.zeros,
         to_numpy=np.asarray,
-        encode_some=features.encode_some,
         take_rows=lambda array, rows: array[rows],
         put_rows=_put_rows_cpu,
         upload=_upload_cpu,
         mirror=_mirror_cpu,
-        **_search_api(search),
+        new_tree=search.new_tree,
+        new_leaves=search.new_leaves,
         new_rng=playout.new_rng,
         synchronize=lambda: None,
+        **_batched(),
     )
-
-
-def _search_api(module) -> dict[str, Callable]:
-    """The search's functions of `module` (gocore.search, or gocore.cuda's twins)."""
-    names = ("new_tree", "new_leaves", "reset_some", "select_all", "expand_and_backup_all",
-             "add_noise_all", "add_gumbel_all", "policy_targets_all", "gumbel_targets_all",
-             "gumbel_moves_all", "reroot_some", "root_priors_all", "root_state")  # fmt: skip
-    return {name: getattr(module, name) for name in names}
 
 
 def _cuda() -> Backend:
@@ -136,24 +134,18 @@ def _cuda() -> Backend:
     return Backend(
         name="cuda",
         new_boards=gpu.new_boards,
-        reset_all=gpu.reset_all,
-        play_all=gpu.play_all,
-        legal_all=gpu.legal_all,
-        play_out_all=gpu.play_out_all,
         new_work=gpu.new_work,
-        encode_all=gpu.encode_all,
-        policy_all=gpu.policy_all,
-        legal_tensor_all=gpu.legal_tensor_all,
         zeros=zeros,
         to_numpy=to_numpy,
-        encode_some=gpu.encode_some,
         take_rows=gpu.take_rows,
         put_rows=gpu.put_rows,
         upload=gpu.upload,
         mirror=gpu.mirror,
-        **_search_api(gpu),
+        new_tree=gpu.new_tree,
+        new_leaves=gpu.new_leaves,
         new_rng=new_rng,
         synchronize=gpu.cuda.synchronize,
+        **{name: functools.partial(fn, on=gpu.GPU) for name, fn in _batched().items()},
     )
 
 

@@ -63,7 +63,7 @@ from gocore.board import (
     replay_position,
     touches_group,
 )
-from gocore.jit import driver, kernel, over_games, routine
+from gocore.jit import CPU, batched, kernel, per_game, routine
 from gocore.rules import (
     KO_POSITIONAL,
     KO_SITUATIONAL,
@@ -1013,47 +1013,35 @@ def legal_to_tensor(b, g, sym, t, out):
 # ---------------------------------------------------------------------------------------------
 
 
-@driver
-def _remember_range(b, w, which, start, stop):
-    for q in range(start, stop):
-        remember_ladders(b, q, w, which)
+@per_game("remember")
+def remember_step(q, b, w, which):
+    remember_ladders(b, q, w, which)
 
 
-@driver
-def _encode_range(b, w, symmetry, planes, glob, start, stop):
-    for g in range(start, stop):
-        encode(b, g, w, symmetry[g], planes[g], glob[g])
+@per_game("encode", capped=True)
+def encode_step(i, b, w, rows, symmetry, planes, glob):
+    g = np.int64(rows[i])
+    encode(b, g, w, symmetry[g], planes[g], glob[g])
 
 
-@driver
-def _encode_some_range(b, w, which, symmetry, planes, glob, start, stop):
-    for g in range(start, stop):
-        if which[g]:
-            encode(b, g, w, symmetry[g], planes[g], glob[g])
+@per_game("policy")
+def policy_step(g, b, symmetry, policy, tensor, out):
+    policy_to_points(b, g, symmetry[g], policy[g], tensor, out[g])
 
 
-@driver
-def _policy_range(b, symmetry, policy, tensor, out, start, stop):
-    for g in range(start, stop):
-        policy_to_points(b, g, symmetry[g], policy[g], tensor, out[g])
+@per_game("legal_tensor")
+def legal_tensor_step(g, b, symmetry, tensor, out):
+    legal_to_tensor(b, g, symmetry[g], tensor, out[g])
 
 
-@driver
-def _legal_tensor_range(b, symmetry, tensor, out, start, stop):
-    for g in range(start, stop):
-        legal_to_tensor(b, g, symmetry[g], tensor, out[g])
+@per_game("ladders")
+def ladders_step(g, b, w, catches):
+    ladders_now(b, g, w, catches[g])
 
 
-@driver
-def _ladders_range(b, w, catches, start, stop):
-    for g in range(start, stop):
-        ladders_now(b, g, w, catches[g])
-
-
-@driver
-def _pass_alive_range(b, w, start, stop):
-    for g in range(start, stop):
-        pass_alive_area(b, g, w)
+@per_game("pass_alive")
+def pass_alive_step(g, b, w):
+    pass_alive_area(b, g, w)
 
 
 def encode_order(which: np.ndarray, row_work: np.ndarray) -> np.ndarray:
@@ -1081,76 +1069,72 @@ def tensor_shapes(games: int, tensor_size: int) -> tuple[tuple[int, ...], tuple[
     return (games, N_PLANES, tensor_size, tensor_size), (games, N_GLOBALS)
 
 
-def encode_all(
-    b: Boards,
-    work: FeatureWork,
-    planes: np.ndarray,
-    glob: np.ndarray,
-    symmetry: np.ndarray | None = None,
-    *,
-    threads: int | None = None,
-) -> None:
+@batched
+def encode_all(b: Boards, work: FeatureWork, planes, glob, symmetry=None, *,
+               threads: int | None = None, on=CPU) -> None:  # fmt: skip
     """Encode every game of `b` into the caller's float32 buffers planes [G, 18, T, T] and
-    glob [G, 10] (T >= the largest board), game g under symmetry[g] (default: identity)."""
-    games = b.games
-    check_work(b.color.shape, b.stride, work)
-    check_buffers(games, int(b.size.max()), planes.shape, glob.shape)
-    symmetry = check_symmetries(symmetry, games)
-    which = np.ones(games, np.bool_)
-    over_games(_remember_range, work.memo_tag.shape[0], b, work, which, threads=threads)
-    over_games(_encode_range, games, b, work, symmetry, planes, glob, threads=threads)
+    glob [G, 10] (T >= the largest board), game g under symmetry[g] (default: identity). On
+    the GPU the buffers are device arrays, or anything with __cuda_array_interface__ such as a
+    torch CUDA tensor."""
+    encode_some(b, work, True, planes, glob, symmetry, threads=threads, on=on)
 
 
-def encode_some(
-    b: Boards,
-    work: FeatureWork,
-    which: np.ndarray,
-    planes: np.ndarray,
-    glob: np.ndarray,
-    symmetry: np.ndarray | None = None,
-    *,
-    phase: Callable[[str], contextlib.AbstractContextManager] = untimed,
-) -> None:
+@batched
+def encode_some(b: Boards, work: FeatureWork, which, planes, glob, symmetry=None, *,
+                phase: Callable[[str], contextlib.AbstractContextManager] = untimed,
+                threads: int | None = None, on=CPU) -> None:  # fmt: skip
     """As encode_all, for the games marked in `which` ([G] bool) only; the other rows of the
     buffers are left as they were. `phase(name)` is entered around the groups' memos of ladders
-    ("remember") and around the rest ("encode": the checks, then the rows), so that the
-    self-play driver times them apart."""
-    games = b.games
+    ("remember") and around the rest ("encode": the checks, the order of the rows, the rows),
+    so that the self-play driver times them apart.
+
+    `remember` runs a thread a group, then the encoder a thread a marked row. Where threads run
+    in lockstep (a GPU's warp of 32), the rows go in encode_order's order, the most work
+    expected first (from the work their positions 1 turn ago took, which `remember` leaves in
+    work.row_work), so that rows of like work share warps; that order costs a round trip: [G]
+    int32 to the host, sorted there, [K] int32 back."""
     with phase("encode"):
+        sizes = on.host(b.size)
         check_work(b.color.shape, b.stride, work)
-        check_buffers(games, int(b.size.max()), planes.shape, glob.shape)
-        symmetry = check_symmetries(symmetry, games)
-        which = np.ascontiguousarray(np.broadcast_to(which, (games,)), np.bool_)
+        check_buffers(b.games, int(sizes.max()), planes.shape, glob.shape)
+        symmetry = check_symmetries(None if symmetry is None else on.host(symmetry), b.games)
+        which = np.ascontiguousarray(np.broadcast_to(on.host(which), (b.games,)), np.bool_)
     with phase("remember"):
-        over_games(_remember_range, work.memo_tag.shape[0], b, work, which)
+        on.run(remember_step, work.memo_tag.shape[0], b, work, on.array(which, np.bool_),
+               threads=threads)  # fmt: skip
     with phase("encode"):
-        over_games(_encode_some_range, games, b, work, which, symmetry, planes, glob)
+        if on.lockstep:
+            rows = encode_order(which, on.host(work.row_work))
+        else:
+            rows = np.flatnonzero(which).astype(np.int32)
+        if len(rows):
+            on.run(encode_step, len(rows), b, work, on.array(rows, np.int32),
+                   on.array(symmetry, np.int64), on.buffer(planes), on.buffer(glob),
+                   threads=threads)  # fmt: skip
 
 
-def policy_all(b: Boards, policy: np.ndarray, symmetry: np.ndarray | None = None) -> np.ndarray:
-    """[G, A] float32: each game's policy ([G, T * T + 1] over its symmetric tensor) mapped back
-    to its padded points, pass at PASS."""
-    tensor = check_policy(b.games, int(b.size.max()), policy.shape)
-    out = np.zeros(b.color.shape, np.float32)
-    over_games(
-        _policy_range,
-        b.games,
-        b,
-        check_symmetries(symmetry, b.games),
-        np.ascontiguousarray(policy, dtype=np.float32),
-        tensor,
-        out,
-    )
+@batched
+def policy_all(b: Boards, policy, symmetry=None, *, on=CPU):
+    """[G, A] float32: each game's policy ([G, T * T + 1] over its symmetric tensor: numpy, or
+    on the device) mapped back to its padded points, pass at PASS."""
+    tensor = check_policy(b.games, int(on.host(b.size).max()), policy.shape)
+    symmetry = check_symmetries(None if symmetry is None else on.host(symmetry), b.games)
+    out = on.output(b.color.shape, np.float32)
+    on.run(policy_step, b.games, b, on.array(symmetry, np.int64), on.array(policy, np.float32),
+           tensor, out)  # fmt: skip
     return out
 
 
-def legal_tensor_all(b: Boards, tensor: int, symmetry: np.ndarray | None = None) -> np.ndarray:
+@batched
+def legal_tensor_all(b: Boards, tensor: int, symmetry=None, *, on=CPU):
     """[G, T * T + 1] bool: the legal moves of each game's player to move on the symmetric
     tensor the encoder wrote (pass last): the mask for the network's policy."""
-    if tensor < int(b.size.max()):
-        raise ValueError(f"a {tensor}x{tensor} tensor cannot hold a {int(b.size.max())} board")
-    out = np.zeros((b.games, tensor * tensor + 1), np.bool_)
-    over_games(_legal_tensor_range, b.games, b, check_symmetries(symmetry, b.games), tensor, out)
+    largest = int(on.host(b.size).max())
+    if tensor < largest:
+        raise ValueError(f"a {tensor}x{tensor} tensor cannot hold a {largest} board")
+    symmetry = check_symmetries(None if symmetry is None else on.host(symmetry), b.games)
+    out = on.output((b.games, tensor * tensor + 1), np.bool_)
+    on.run(legal_tensor_step, b.games, b, on.array(symmetry, np.int64), tensor, out)
     return out
 
 
@@ -1162,7 +1146,7 @@ def ladders_all(
     work = new_work(b) if work is None else work
     check_work(b.color.shape, b.stride, work)
     catches = np.zeros(b.color.shape, np.int8)
-    over_games(_ladders_range, b.games, b, work, catches, threads=threads)
+    CPU.run(ladders_step, b.games, b, work, catches, threads=threads)
     return work.laddered.copy(), catches
 
 
@@ -1172,14 +1156,14 @@ def pass_alive_all(
     """[G, A] int8 pass-alive area: AREA_BLACK, AREA_WHITE bits (0 elsewhere)."""
     work = new_work(b) if work is None else work
     check_work(b.color.shape, b.stride, work)
-    over_games(_pass_alive_range, b.games, b, work, threads=threads)
+    CPU.run(pass_alive_step, b.games, b, work, threads=threads)
     return work.area.copy()
 
 
 def pass_alive_of(b: Boards, g: int, work: FeatureWork) -> np.ndarray:
     """[A] int8 pass-alive area of game g alone (as a row of `pass_alive_all`)."""
     check_work(b.color.shape, b.stride, work)
-    _pass_alive_range(b, work, g, g + 1)
+    pass_alive_step.over(b, work, g, g + 1)
     return work.area[g].copy()
 
 

@@ -37,6 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numba
+import numpy as np
 from numba.core import event
 
 
@@ -167,3 +168,130 @@ def over_games(fn, games: int, *args, threads: int | None = None) -> None:
     futures = [pool.submit(fn, *args, bounds[i], bounds[i + 1]) for i in range(threads)]
     for f in futures:
         f.result()
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-game steps: declared once, run on either target
+# ---------------------------------------------------------------------------------------------
+
+
+class Step:
+    """One game's share of a batched call, declared once with `per_game`. From it come:
+    - `kernel`: the step itself, compiled as a `kernel` (inlined into what runs it), which
+      gocore.cuda compiles again as a CUDA device function as it does every kernel;
+    - `over(*args, start, stop)`: the CPU driver, the step for each game in [start, stop),
+      which `CPU.run` spreads over cores with `over_games`;
+    - the CUDA entry `entry(*args, games)`, a thread a game, which gocore.cuda makes for every
+      declared step (`gocore.cuda.ENTRIES`) and its `GPU.run` launches.
+    A batched function written over `on` (`CPU` here, gocore.cuda's `GPU`) runs it on either:
+    `on.run(step, games, *args)`."""
+
+    def __init__(self, name: str, fn, capped: bool):
+        self.name = name
+        self.kernel = kernel(fn)
+        self.params = tuple(fn.__code__.co_varnames[1 : fn.__code__.co_argcount])
+        self.capped = capped  # the CUDA entry takes the encoder's register cap (gocore.cuda)
+        where = {"step": self.kernel, "__name__": fn.__module__}
+        self.over = driver(self.source("cpu", fn.__code__.co_filename, where))
+
+    def source(self, target: str, filename: str, namespace: dict):
+        """The function that runs the step over games on `target` ("cpu": over [start, stop);
+        "cuda": game cuda.grid(1) of `games`), made from source text in `namespace` (which
+        holds the step as `step`, `cuda` for the CUDA entry, and `__name__`, the module whose
+        globals numba gives the function when it loads it from its on-disk cache). `filename`
+        is the file that numba's on-disk caches are kept against: it must exist."""
+        args = ", ".join(self.params)
+        if target == "cpu":
+            name = f"_{self.name}_range"
+            text = (
+                f"def {name}({args}, start, stop):\n"
+                f"    for g in range(start, stop):\n"
+                f"        step(g, {args})\n"
+            )
+        else:
+            name = f"_{self.name}_entry"
+            text = (
+                f"def {name}({args}, games):\n"
+                f"    g = cuda.grid(1)\n"
+                f"    if g < games:\n"
+                f"        step(g, {args})\n"
+            )
+        exec(compile(text, filename, "exec"), namespace)  # noqa: S102 - our own text
+        return namespace[name]
+
+
+# Every declared step by name, in order.
+STEPS: dict[str, Step] = {}
+
+
+def per_game(name: str, *, capped: bool = False):
+    """Declare a per-game step `fn(g, *args)`: it does game g's part of a batched call (g the
+    game, or any other index the call runs over) with the call's arguments, outputs among them.
+    The one place a batched kernel is wired to both targets: see `Step`."""
+
+    def declare(fn) -> Step:
+        if name in STEPS:
+            raise ValueError(f"a per-game step named {name!r} is declared twice")
+        STEPS[name] = step = Step(name, fn, capped)
+        return step
+
+    return declare
+
+
+class _Cpu:
+    """The CPU's side of a batched function written over `on`: numpy arrays, steps spread
+    over cores. gocore.cuda's `GPU` answers the same calls on the GPU."""
+
+    name = "cpu"
+
+    @staticmethod
+    def run(step: Step, games: int, *args, threads: int | None = None) -> None:
+        over_games(step.over, games, *args, threads=threads)
+
+    @staticmethod
+    def array(x, dtype):
+        """An argument for a step on this target (the same array where it already is one)."""
+        return np.ascontiguousarray(x, dtype)
+
+    @staticmethod
+    def mask(which, games: int):
+        """[games] bool for a step from a bool or a [games] host mask."""
+        return np.ascontiguousarray(np.broadcast_to(which, (games,)), np.bool_)
+
+    @staticmethod
+    def output(shape, dtype):
+        """An array a step writes (zeros here; the GPU's are left as they come)."""
+        return np.zeros(shape, dtype)
+
+    @staticmethod
+    def buffer(x):
+        """A buffer the caller gave for a step to write into: used as it is."""
+        return x
+
+    @staticmethod
+    def host(x) -> np.ndarray:
+        return np.asarray(x)
+
+    # Threads of a warp do not run in lockstep here: no grouping of rows by their work.
+    lockstep = False
+
+    @staticmethod
+    def select_scratch(leaves):
+        """The select step's [B, A] arrays for these leaf boards: no dead stones (zeros, only
+        read) and the owners a terminal leaf's scoring writes."""
+        return np.zeros(leaves.color.shape, np.bool_), np.zeros(leaves.color.shape, np.int8)
+
+
+CPU = _Cpu()
+
+# Every batched function written once over `on` (see `Step`), by name: gocore.device gives
+# each to both backends, bound to its target.
+BATCHED: dict[str, object] = {}
+
+
+def batched(fn):
+    """Register a batched function `fn(..., *, on=CPU)` for both backends (gocore.device)."""
+    if fn.__name__ in BATCHED:
+        raise ValueError(f"a batched function named {fn.__name__!r} is registered twice")
+    BATCHED[fn.__name__] = fn
+    return fn

@@ -19,7 +19,7 @@ from gocore.board import (
     play_legal,
     reset,
 )
-from gocore.jit import driver, kernel, over_games
+from gocore.jit import CPU, batched, driver, kernel, per_game
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -112,15 +112,16 @@ def play_out(b, g, rng, avoid_own_eyes):
     return played
 
 
-@driver
-def _play_out_range(b, rng, avoid_own_eyes, start, stop):
-    for g in range(start, stop):
-        play_out(b, g, rng, avoid_own_eyes)
+@per_game("play_out")
+def play_out_step(g, b, rng, avoid_own_eyes):
+    play_out(b, g, rng, avoid_own_eyes)
 
 
-def play_out_all(b, rng: np.ndarray, avoid_own_eyes: bool) -> None:
-    """Play every game of the batch out at random (see play_out), spread over cores."""
-    over_games(_play_out_range, b.games, b, rng, avoid_own_eyes)
+@batched
+def play_out_all(b, rng, avoid_own_eyes: bool, *, on=CPU) -> None:
+    """Play every game of the batch out at random (see play_out); rng: [G] uint64 states,
+    where the games are."""
+    on.run(play_out_step, b.games, b, on.array(rng, np.uint64), avoid_own_eyes)
 
 
 @driver

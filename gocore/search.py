@@ -56,7 +56,7 @@ from gocore.board import (
     play_legal,
     score,
 )
-from gocore.jit import driver, kernel, over_games, routine
+from gocore.jit import CPU, batched, kernel, per_game, routine
 from gocore.playout import next_u64
 
 ROOT = 0
@@ -835,18 +835,6 @@ def root_state_of(ints: np.ndarray, sums: np.ndarray) -> RootState:
 # ---------------------------------------------------------------------------------------------
 
 
-@driver
-def _gather_range(t, ints, sums, start, stop):
-    for g in range(start, stop):
-        gather_root(t, g, ints, sums)
-
-
-@driver
-def _reset_range(t, start, stop):
-    for g in range(start, stop):
-        reset_tree(t, g)
-
-
 @routine
 def select_game(t, g, roots, leaves, params, budget, no_marks, owner):
     """Select budget (<= L) leaves in game g: t.leaf[g], their positions on the leaf boards
@@ -914,119 +902,125 @@ def reroot_game(t, g, move, into):
         reroot(t, g, child, into, g)
 
 
-@driver
-def _select_range(t, roots, leaves, params, budget, no_marks, owner, start, stop):
-    for g in range(start, stop):
-        select_game(t, g, roots, leaves, params, budget[g], no_marks, owner)
+# Each batched call's per-game step, declared once for both targets (gocore.jit.per_game).
 
 
-@driver
-def _expand_backup_range(t, leaves, policy, value, win, black_score, start, stop):
-    for g in range(start, stop):
-        expand_backup_game(t, g, leaves, policy, value, win, black_score)
+@per_game("reset_tree")
+def reset_tree_step(g, t, which):
+    if which[g]:
+        reset_tree(t, g)
 
 
-@driver
-def _noise_range(t, rng, alpha_total, epsilon, which, start, stop):
-    for g in range(start, stop):
-        if which[g]:
-            add_root_noise(t, g, rng, alpha_total, epsilon)
+@per_game("select")
+def select_step(g, t, roots, leaves, params, budget, no_marks, owner):
+    select_game(t, g, roots, leaves, params, budget[g], no_marks, owner)
 
 
-@driver
-def _targets_range(t, params, out, kept, start, stop):
-    for g in range(start, stop):
-        kept[g] = policy_target(t, g, params, out[g])
+@per_game("expand_backup")
+def expand_backup_step(g, t, leaves, policy, value, win, black_score):
+    expand_backup_game(t, g, leaves, policy, value, win, black_score)
 
 
-@driver
-def _gumbel_range(t, rng, considered, sample, which, start, stop):
-    for g in range(start, stop):
-        if which[g]:
-            add_root_gumbel(t, g, rng, considered, sample)
+@per_game("noise")
+def noise_step(g, t, rng, alpha_total, epsilon, which):
+    if which[g]:
+        add_root_noise(t, g, rng, alpha_total, epsilon)
 
 
-@driver
-def _gumbel_targets_range(t, params, out, kept, start, stop):
-    for g in range(start, stop):
-        kept[g] = gumbel_target(t, g, params, out[g])
+@per_game("targets")
+def targets_step(g, t, params, out, kept):
+    kept[g] = policy_target(t, g, params, out[g])
 
 
-@driver
-def _gumbel_moves_range(t, params, out, start, stop):
-    for g in range(start, stop):
-        out[g] = gumbel_move(t, g, params)
+@per_game("gumbel")
+def gumbel_step(g, t, rng, considered, sample, which):
+    if which[g]:
+        add_root_gumbel(t, g, rng, considered, sample)
 
 
-@driver
-def _reroot_range(t, moves, into, which, start, stop):
-    for g in range(start, stop):
-        if which[g]:
-            reroot_game(t, g, moves[g], into)
+@per_game("gumbel_targets")
+def gumbel_targets_step(g, t, params, out, kept):
+    kept[g] = gumbel_target(t, g, params, out[g])
 
 
-@driver
-def _copy_back_range(src, dst, which, start, stop):
-    for g in range(start, stop):
-        if which[g]:
-            copy_tree(src, g, dst, g)
+@per_game("gumbel_moves")
+def gumbel_moves_step(g, t, params, out):
+    out[g] = gumbel_move(t, g, params)
 
 
-@driver
-def _reset_some_range(t, which, start, stop):
-    for g in range(start, stop):
-        if which[g]:
-            reset_tree(t, g)
+@per_game("reroot")
+def reroot_step(g, t, moves, into, which):
+    if which[g]:
+        reroot_game(t, g, moves[g], into)
 
 
-@driver
-def _priors_range(t, out, start, stop):
-    for g in range(start, stop):
-        root_priors(t, g, out[g])
+@per_game("copy_tree")
+def copy_tree_step(g, src, dst, which):
+    if which[g]:
+        copy_tree(src, g, dst, g)
 
 
-def add_noise_all(
-    t: Tree, rng: np.ndarray, which: np.ndarray, *, alpha_total: float, epsilon: float
-) -> None:
+@per_game("priors")
+def priors_step(g, t, out):
+    root_priors(t, g, out[g])
+
+
+@per_game("gather")
+def gather_step(g, t, ints, sums):
+    gather_root(t, g, ints, sums)
+
+
+# The batched API: each function written once over `on` (gocore.jit.CPU, the default, or
+# gocore.cuda.GPU, whose arrays stay on the device); gocore.device hands them out.
+
+
+def _games(t: Tree) -> int:
+    return t.node_count.shape[0]
+
+
+@batched
+def add_noise_all(t: Tree, rng, which, *, alpha_total: float, epsilon: float, on=CPU) -> None:
     """Dirichlet noise on the expanded roots of the games marked in `which` ([G] bool):
     alpha_total spread over the legal moves (selfplay.noise_alpha_total; the paper's alpha
     0.03 per point of 19x19 is 10.83), mixed in with weight epsilon (selfplay.noise_epsilon)."""
-    which = np.ascontiguousarray(np.broadcast_to(which, t.node_count.shape), np.bool_)
-    over_games(_noise_range, t.node_count.shape[0], t, rng, alpha_total, epsilon, which)
+    games = _games(t)
+    on.run(noise_step, games, t, on.array(rng, np.uint64), alpha_total, epsilon,
+           on.mask(which, games))  # fmt: skip
 
 
-def policy_targets_all(t: Tree, params: SearchParams, area: int) -> tuple[np.ndarray, np.ndarray]:
+@batched
+def policy_targets_all(t: Tree, params: SearchParams, area: int, *, on=CPU):
     """([G, area] float32 policy targets over points after pruning, [G] visits they keep)."""
-    games = t.node_count.shape[0]
-    out = np.zeros((games, area), np.float32)
-    kept = np.zeros(games, np.float64)
-    over_games(_targets_range, games, t, params, out, kept)
+    out = on.output((_games(t), area), np.float32)  # each row written whole
+    kept = on.output(_games(t), np.float64)
+    on.run(targets_step, _games(t), t, params, out, kept)
     return out, kept
 
 
-def add_gumbel_all(
-    t: Tree, rng: np.ndarray, which: np.ndarray, considered: int, sample: bool = True
-) -> None:
+@batched
+def add_gumbel_all(t: Tree, rng, which, considered: int, sample: bool = True, *, on=CPU) -> None:
     """Gumbel roots for the expanded roots of the games marked in `which`, `considered` moves
     each (fewer where fewer are legal), drawn with `rng` ([G] uint64) when `sample`. Set
     t.budget first: the visits each search spreads over them."""
-    which = np.ascontiguousarray(np.broadcast_to(which, t.node_count.shape), np.bool_)
-    over_games(_gumbel_range, t.node_count.shape[0], t, rng, int(considered), bool(sample), which)
+    games = _games(t)
+    on.run(gumbel_step, games, t, on.array(rng, np.uint64), int(considered), bool(sample),
+           on.mask(which, games))  # fmt: skip
 
 
-def gumbel_targets_all(t: Tree, params: SearchParams, area: int) -> tuple[np.ndarray, np.ndarray]:
+@batched
+def gumbel_targets_all(t: Tree, params: SearchParams, area: int, *, on=CPU):
     """([G, area] float32 completed-Q policy targets over points, [G] root child visits)."""
-    games = t.node_count.shape[0]
-    out = np.zeros((games, area), np.float32)
-    kept = np.zeros(games, np.float64)
-    over_games(_gumbel_targets_range, games, t, params, out, kept)
+    out = on.output((_games(t), area), np.float32)  # each row written whole
+    kept = on.output(_games(t), np.float64)
+    on.run(gumbel_targets_step, _games(t), t, params, out, kept)
     return out, kept
 
 
-def gumbel_moves_all(t: Tree, params: SearchParams) -> np.ndarray:
+@batched
+def gumbel_moves_all(t: Tree, params: SearchParams, *, on=CPU):
     """[G] int64: the move each Gumbel root plays (gumbel_move)."""
-    out = np.zeros(t.node_count.shape[0], np.int64)
-    over_games(_gumbel_moves_range, t.node_count.shape[0], t, params, out)
+    out = on.output(_games(t), np.int64)
+    on.run(gumbel_moves_step, _games(t), t, params, out)
     return out
 
 
@@ -1034,41 +1028,45 @@ def reroot_all(t: Tree, spare: Tree, moves: np.ndarray) -> Tree:
     """After every game g plays moves[g] at its root, the tree to search on: `spare` filled
     with the subtree under that move (a fresh root where the move was never searched).
     Returns `spare`; `t` becomes the spare of the next move."""
-    moves = np.ascontiguousarray(moves, np.int64)
-    which = np.ones(t.node_count.shape[0], np.bool_)
-    over_games(_reroot_range, t.node_count.shape[0], t, moves, spare, which)
+    games = _games(t)
+    CPU.run(reroot_step, games, t, CPU.array(moves, np.int64), spare, CPU.mask(True, games))
     return spare
 
 
-def reroot_some(t: Tree, spare: Tree, moves: np.ndarray, which: np.ndarray) -> None:
+@batched
+def reroot_some(t: Tree, spare: Tree, moves, which, *, on=CPU) -> None:
     """In place: every game g with which[g] keeps only the subtree under moves[g] (a fresh root
     where that move was never searched), through `spare` as scratch; other games untouched."""
-    which = np.ascontiguousarray(which, np.bool_)
-    if not which.any():
+    if isinstance(which, np.ndarray) and not which.any():
         return
-    games = t.node_count.shape[0]
-    over_games(_reroot_range, games, t, np.ascontiguousarray(moves, np.int64), spare, which)
-    over_games(_copy_back_range, games, spare, t, which)
+    games = _games(t)
+    which = on.mask(which, games)
+    on.run(reroot_step, games, t, on.array(moves, np.int64), spare, which)
+    on.run(copy_tree_step, games, spare, t, which)
 
 
-def reset_some(t: Tree, which: np.ndarray) -> None:
-    over_games(_reset_some_range, t.node_count.shape[0], t, np.ascontiguousarray(which, np.bool_))
+@batched
+def reset_some(t: Tree, which, *, on=CPU) -> None:
+    on.run(reset_tree_step, _games(t), t, on.mask(which, _games(t)))
 
 
-def root_priors_all(t: Tree, area: int) -> np.ndarray:
+@batched
+def root_priors_all(t: Tree, area: int, *, on=CPU):
     """[G, area] float32: each root's priors over points (0 where not expanded)."""
-    out = np.zeros((t.node_count.shape[0], area), np.float32)
-    over_games(_priors_range, t.node_count.shape[0], t, out)
+    out = on.output((_games(t), area), np.float32)
+    on.run(priors_step, _games(t), t, out)
     return out
 
 
-def root_state(t: Tree) -> RootState:
-    """The roots' visits and values and the last step's leaves, as a driver reads them."""
+@batched
+def root_state(t: Tree, *, on=CPU) -> RootState:
+    """The roots' visits and values and the last step's leaves, as a driver reads them
+    (gathered where the trees are; two small arrays reach the host)."""
     games, per = t.leaf.shape
-    ints = np.zeros((games, 2 + 2 * per), np.int32)
-    sums = np.zeros((games, 3), np.float32)
-    over_games(_gather_range, games, t, ints, sums)
-    return root_state_of(ints, sums)
+    ints = on.output((games, 2 + 2 * per), np.int32)
+    sums = on.output((games, 3), np.float32)
+    on.run(gather_step, games, t, ints, sums)
+    return root_state_of(on.host(ints), on.host(sums))
 
 
 def root_values(t: Tree) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -1079,7 +1077,7 @@ def root_values(t: Tree) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def reset_all(t: Tree) -> None:
-    over_games(_reset_range, t.node_count.shape[0], t)
+    reset_some(t, True)
 
 
 def new_leaves(roots: Boards, leaves_per_game: int) -> Boards:
@@ -1094,42 +1092,28 @@ def new_leaves(roots: Boards, leaves_per_game: int) -> Boards:
     )
 
 
-def select_all(
-    t: Tree, roots: Boards, leaves: Boards, params: SearchParams, budget: np.ndarray
-) -> None:
+@batched
+def select_all(t: Tree, roots: Boards, leaves: Boards, params: SearchParams, budget, *, on=CPU):
     """Select budget[g] (<= L) leaves in every game g (t.leaf, -1 where none), with their
     positions on the leaf boards."""
-    no_marks = np.zeros(leaves.color.shape, np.bool_)
-    owner = np.zeros(leaves.color.shape, np.int8)
-    budget = np.ascontiguousarray(budget, np.int64)
-    over_games(_select_range, roots.games, t, roots, leaves, params, budget, no_marks, owner)
+    no_marks, owner = on.select_scratch(leaves)
+    on.run(select_step, roots.games, t, roots, leaves, params, on.array(budget, np.int64),
+           no_marks, owner)  # fmt: skip
 
 
-def expand_and_backup_all(
-    t: Tree,
-    leaves: Boards,
-    policy: np.ndarray,
-    value: np.ndarray,
-    win: np.ndarray | None = None,
-    black_score: np.ndarray | None = None,
-):
+@batched
+def expand_and_backup_all(t: Tree, leaves: Boards, policy, value, win=None, black_score=None, *,
+                          on=CPU) -> None:  # fmt: skip
     """policy [G * L, A] over the leaf boards' points (PASS at 0), value [G * L] utility for
     each leaf's player to move, win [G * L] its win/loss part (default: the utility), and
-    black_score [G * L] the expected final score from Black's side (default 0)."""
-    value = np.ascontiguousarray(value, np.float32)
-    win = value if win is None else np.ascontiguousarray(win, np.float32)
+    black_score [G * L] the expected final score from Black's side (default 0); numpy, or on
+    the device."""
+    value = on.array(value, np.float32)
+    win = value if win is None else on.array(win, np.float32)
     if black_score is None:
-        black_score = np.zeros_like(value)
-    over_games(
-        _expand_backup_range,
-        t.node_count.shape[0],
-        t,
-        leaves,
-        np.ascontiguousarray(policy, np.float32),
-        value,
-        win,
-        np.ascontiguousarray(black_score, np.float32),
-    )
+        black_score = np.zeros(leaves.games, np.float32)
+    on.run(expand_backup_step, _games(t), t, leaves, on.array(policy, np.float32), value, win,
+           on.array(black_score, np.float32))  # fmt: skip
 
 
 # Gauss-Hermite nodes for expectations over a normal score belief.
@@ -1157,80 +1141,6 @@ def expected_score_utility(
     u = (np.arctan((samples - c) / w) * _HERMITE_W[None, :]).sum(axis=1) / math.sqrt(math.pi)
     u = np.where(np.isnan(c[:, 0]), 0.0, weight * (2.0 / math.pi) * u)
     return (np.where(np.asarray(to_move) == BLACK, u, -u)).astype(np.float32)
-
-
-def search(
-    roots: Boards,
-    evaluate,
-    visits: int | np.ndarray,
-    *,
-    params: SearchParams,
-    leaves_per_game: int = 1,
-    tree: Tree | None = None,
-    leaves: Boards | None = None,
-    noise_rng: np.ndarray | None = None,
-    noise_games: np.ndarray | bool = True,
-    noise: tuple[float, float] | None = None,
-    considered: int = 0,
-    gumbel_rng: np.ndarray | None = None,
-    on_step=None,
-    stop=None,
-    device: str = "cpu",
-) -> Tree:
-    """Run the search until every root g has `visits` (or visits[g]) visits (its own
-    evaluation and visits kept from a reused tree included), fewer in a game whose tree fills
-    up. `evaluate(leaves)` returns (policy [G * L, A] over points, value [G * L] utility for
-    each leaf's player to move), optionally followed by (win, black_score) as in
-    `expand_and_backup_all`, for the leaf boards: the network through gocore.features, or
-    anything else with that shape. With `noise_rng` ([G] uint64), the roots of `noise_games`
-    get Dirichlet noise once expanded, `noise` its (alpha_total, epsilon); forced playouts go
-    to the roots of `noise_games` (of every game without noise_rng). With `considered` > 0
-    the roots are Gumbel roots of that many moves (fresh roots only: give no reused tree),
-    their Gumbel variables drawn with `gumbel_rng` ([G] uint64; None: 0, a deterministic
-    search); then gumbel_move and gumbel_target read the result. `on_step()` is called after
-    every step (the caller's bookkeeping, such as the score utility's centre); the search also
-    ends once `stop()` returns true (a deadline, a decided move). On `device` "cuda", `roots`,
-    `tree` and `leaves` are the device's (gocore.device) and so are the rng arrays; the search
-    reads back only `root_state`."""
-    from gocore.device import backend
-
-    if noise_rng is not None and noise is None:
-        raise ValueError("noise_rng without noise=(alpha_total, epsilon): params.yaml's")
-    xp = backend(device)
-    games = roots.games
-    area = roots.color.shape[1]
-    visits = np.broadcast_to(np.asarray(visits, np.int64), (games,))
-    if tree is None:
-        most = int(visits.max())
-        tree = xp.new_tree(games, most + 2, (most + 1) * area, leaves_per_game, area)
-    leaves = xp.new_leaves(roots, leaves_per_game) if leaves is None else leaves
-    full = np.zeros(games, np.bool_)  # games whose tree has no room left: their search ends
-    if noise_rng is not None:
-        xp.upload(np.broadcast_to(noise_games, (games,)).astype(np.int8), tree.explore)
-
-    def step(budget):
-        xp.select_all(tree, roots, leaves, params, budget)
-        nonlocal full
-        full |= (budget > 0) & (xp.root_state(tree).leaf < 0).all(axis=1)
-        xp.expand_and_backup_all(tree, leaves, *evaluate(leaves))
-        if on_step is not None:
-            on_step()
-
-    if noise_rng is not None or considered > 0:
-        fresh = ~xp.root_state(tree).expanded
-        step(fresh.astype(np.int64))  # expand fresh roots first
-    if noise_rng is not None:
-        alpha_total, epsilon = noise
-        xp.add_noise_all(tree, noise_rng, noise_games, alpha_total=alpha_total, epsilon=epsilon)
-    if considered > 0:
-        xp.upload(visits - 1, tree.budget)  # the walks below the root's own evaluation
-        rng = xp.zeros(games, np.uint64) if gumbel_rng is None else gumbel_rng
-        xp.add_gumbel_all(tree, rng, True, considered, sample=gumbel_rng is not None)
-    while True:
-        remaining = np.where(full, 0, visits - xp.root_state(tree).visits)
-        if remaining.max() <= 0 or (stop is not None and stop()):
-            return tree
-        step(np.clip(remaining, 0, leaves_per_game))
 
 
 def root_visits(t: Tree, g: int) -> dict[int, int]:

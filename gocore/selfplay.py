@@ -53,6 +53,7 @@ from gocore.board import (
     move_cap,
     new_boards,
     play,
+    play_some,
     point,
     reset,
     score,
@@ -60,7 +61,7 @@ from gocore.board import (
     setup_stone,
 )
 from gocore.device import backend
-from gocore.jit import driver, over_games
+from gocore.jit import driver
 from gocore.rules import PRESETS, fixed_handicap_points, max_fixed_handicap
 
 # How a move was chosen (kept per move for the SGF and the metrics).
@@ -291,13 +292,6 @@ def _chain(before, last, chain):
 
 
 @driver
-def _play_some(b, moves, which, start, stop):
-    for g in range(start, stop):
-        if which[g]:
-            play(b, g, moves[g], b.to_move[g])
-
-
-@driver
 def _start_game(b, g, stones, first):
     """Slot g: an empty board of its size (set by the caller), the setup stones, `first` to
     move. Returns the first stone that could not be placed, -1 if none."""
@@ -385,12 +379,6 @@ def net_rows(
                 raise TypeError(f"net_rows: output {name!r} is on a device: give put_rows")
             else:
                 put_rows(result[name], rows, array)
-
-
-def play_some(b: Boards, moves: np.ndarray, which: np.ndarray) -> None:
-    """Game g plays moves[g] (its player to move) where which[g]."""
-    over_games(_play_some, b.games, b, np.ascontiguousarray(moves, np.int64),
-               np.ascontiguousarray(which, np.bool_))  # fmt: skip
 
 
 def _cumulative_pick(weights: np.ndarray, rng: np.random.Generator) -> np.ndarray:

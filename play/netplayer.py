@@ -21,6 +21,7 @@ from collections.abc import Callable, Generator, Iterator
 import numpy as np
 
 from gocore import features as F
+from gocore import mcts
 from gocore import search as S
 from gocore.arena import LeafEvaluator
 from gocore.board import BLACK, PASS, WHITE, legal_row
@@ -271,7 +272,7 @@ class NetPlayer:
 
         fresh = True
         while True:
-            S.search(
+            mcts.search(
                 roots, evaluate, visits, params=self.params, leaves_per_game=self.leaves_per_game,
                 tree=tree, leaves=leaves, on_step=evaluate.update_centres, stop=stop,
                 considered=considered if fresh else 0,  # the root, once: it stays Gumbel

@@ -172,7 +172,7 @@ def test_a_shared_memo_of_ladders_matches_the_cpu(gpu, monkeypatch):
     launch = cuda_mod._launch
 
     def spy(entry, games, *args):
-        if entry is cuda_mod._encode_entry:
+        if entry is cuda_mod.ENTRIES["encode"]:
             launched.append(gpu.to_numpy(args[2]))
         launch(entry, games, *args)
 
@@ -692,43 +692,43 @@ def test_search_matches_the_cpu(gpu, root):
     for step in range(14):
         budget = np.array([2, 1, 2]) if step else np.ones(games, np.int64)
         S.select_all(host, roots, host_leaves, params, budget)
-        cuda_mod.select_all(device, device_roots, device_leaves, params, budget)
+        gpu.select_all(device, device_roots, device_leaves, params, budget)
         assert np.array_equal(host.leaf, device.leaf.copy_to_host())
         assert np.array_equal(host_leaves.color, device_leaves.color.copy_to_host())
         policy = pick.random((games * per, area)).astype(np.float32)
         value, win, score = (pick.uniform(-1, 1, games * per).astype(np.float32) for _ in "vws")
         S.expand_and_backup_all(host, host_leaves, policy, value, win, score)
-        cuda_mod.expand_and_backup_all(device, device_leaves, policy, value, win, score)
+        gpu.expand_and_backup_all(device, device_leaves, policy, value, win, score)
         if step == 0 and root == "puct":
             S.add_noise_all(host, host_rng, np.array([1, 0, 1], bool), alpha_total=10.83,
                             epsilon=0.25)  # fmt: skip
-            cuda_mod.add_noise_all(device, device_rng, np.array([1, 0, 1], bool),
+            gpu.add_noise_all(device, device_rng, np.array([1, 0, 1], bool),
                                    alpha_total=10.83, epsilon=0.25)  # fmt: skip
         elif step == 0:
             host.budget[:] = 24
             device.budget.copy_to_device(host.budget)
             S.add_gumbel_all(host, host_rng, np.array([1, 1, 0], bool), 4)
-            cuda_mod.add_gumbel_all(device, device_rng, np.array([1, 1, 0], bool), 4)
+            gpu.add_gumbel_all(device, device_rng, np.array([1, 1, 0], bool), 4)
     back = cuda_mod.to_host(device)
     for name in S.Tree._fields:
         assert np.allclose(getattr(host, name), getattr(back, name), equal_nan=True), name
     targets, kept = S.policy_targets_all(host, params, area)
-    device_targets, device_kept = cuda_mod.policy_targets_all(device, params, area)
+    device_targets, device_kept = gpu.policy_targets_all(device, params, area)
     assert np.allclose(targets, device_targets.copy_to_host())
     assert np.allclose(kept, device_kept.copy_to_host())
     if root == "gumbel":
         assert (host.considered == [4, 4, 0]).all()
         targets, kept = S.gumbel_targets_all(host, params, area)
-        device_targets, device_kept = cuda_mod.gumbel_targets_all(device, params, area)
+        device_targets, device_kept = gpu.gumbel_targets_all(device, params, area)
         assert np.allclose(targets, device_targets.copy_to_host(), atol=1e-6)
         assert np.allclose(kept, device_kept.copy_to_host())
         moves = S.gumbel_moves_all(host, params)
-        assert np.array_equal(moves, cuda_mod.gumbel_moves_all(device, params).copy_to_host())
+        assert np.array_equal(moves, gpu.gumbel_moves_all(device, params).copy_to_host())
     moves = targets.argmax(axis=1)
     which = np.array([1, 1, 0], bool)
     S.reroot_some(host, S.new_tree(games, 40, 40 * 50, per, area), moves, which)
     spare = cuda_mod.new_tree(games, 40, 40 * 50, per, area)
-    cuda_mod.reroot_some(device, spare, moves, which)
+    gpu.reroot_some(device, spare, moves, which)
     back = cuda_mod.to_host(device)
     for name in ("visits", "value_sum", "win_sum", "score_sum", "edge_move", "node_count"):
         assert np.array_equal(getattr(host, name), getattr(back, name)), name

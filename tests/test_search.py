@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from gocore import board as gb
+from gocore import mcts
 from gocore import search as S
 from gocore.board import BLACK, PASS, WHITE
 from tests.conftest import game_from_diagram, search_params
@@ -38,7 +39,9 @@ def random_evaluator(seed: int):
 @pytest.mark.parametrize("leaves_per_game", [1, 4])
 def test_visits_sum_to_what_was_asked(leaves_per_game):
     roots = gb.new_boards(3, [5, 7, 9], max_moves=200)
-    tree = S.search(roots, random_evaluator(0), 64, leaves_per_game=leaves_per_game, params=PARAMS)
+    tree = mcts.search(
+        roots, random_evaluator(0), 64, leaves_per_game=leaves_per_game, params=PARAMS
+    )
     assert (tree.visits[:, S.ROOT] == 64).all()
     for g in range(3):
         assert sum(S.root_visits(tree, g).values()) == 63  # the root's own evaluation is one
@@ -71,7 +74,7 @@ def atari():
 
 def test_search_captures_the_group_in_atari():
     game = atari()
-    tree = S.search(game.b, score_evaluator, 200, params=PARAMS)
+    tree = mcts.search(game.b, score_evaluator, 200, params=PARAMS)
     visits = S.root_visits(tree, 0)
     best = max(visits, key=visits.get)
     assert gb.point_xy(game.b.stride, best) == (2, 0)
@@ -92,7 +95,7 @@ def test_search_finds_the_one_move_that_saves_a_group():
         to_move=BLACK,
     )
     game.set_komi(-6.5)
-    tree = S.search(game.b, score_evaluator, 1500, params=PARAMS)
+    tree = mcts.search(game.b, score_evaluator, 1500, params=PARAMS)
     visits = S.root_visits(tree, 0)
     ranked = sorted(visits, key=visits.get, reverse=True)
     assert gb.point_xy(game.b.stride, ranked[0]) == (3, 2)
@@ -113,7 +116,7 @@ def test_passing_to_end_a_won_game_is_a_terminal_win():
     )
     game.set_komi(0.5)
     game.play(WHITE, None)  # White passes; Black may end the game by passing
-    tree = S.search(game.b, score_evaluator, 50, params=PARAMS)
+    tree = mcts.search(game.b, score_evaluator, 50, params=PARAMS)
     start, count = tree.first_edge[0, S.ROOT], tree.num_edges[0, S.ROOT]
     pass_edge = [e for e in range(start, start + count) if tree.edge_move[0, e] == PASS][0]
     child = tree.edge_child[0, pass_edge]
@@ -160,7 +163,7 @@ def test_forced_playouts_go_to_the_larger_priors_first():
         policy = np.tile(np.arange(leaves.color.shape[1], dtype=np.float32) + 1, (leaves.games, 1))
         return policy, np.zeros(leaves.games, np.float32)
 
-    tree = S.search(roots, rising, 10, params=PARAMS)  # forced_playouts_k 2, explore on
+    tree = mcts.search(roots, rising, 10, params=PARAMS)  # forced_playouts_k 2, explore on
     edges = np.arange(tree.first_edge[0, 0], tree.first_edge[0, 0] + tree.num_edges[0, 0])
     top = tree.edge_move[0, edges[np.argsort(tree.edge_prior[0, edges])[-9:]]]
     visited = {m for m, v in S.root_visits(tree, 0).items() if v}
@@ -178,7 +181,7 @@ def test_forced_playouts_go_to_the_larger_priors_first():
 )
 def test_puct_selection_matches_the_reference(params):
     roots = gb.new_boards(2, 7, max_moves=200)
-    tree = S.search(roots, random_evaluator(1), 120, params=params)
+    tree = mcts.search(roots, random_evaluator(1), 120, params=params)
     checked = 0
     # Game 1 as a cheap search: no forced playouts, the ordinary first-play urgency at its root.
     tree.explore[1] = 0
@@ -260,7 +263,7 @@ def test_virtual_loss_spreads_the_leaves_of_one_step():
 def test_a_full_tree_stops_growing_without_losing_counts():
     roots = gb.new_boards(2, 5, max_moves=100)
     tree = S.new_tree(2, 5, 5 * roots.color.shape[1])
-    tree = S.search(roots, random_evaluator(3), 40, tree=tree, params=PARAMS)
+    tree = mcts.search(roots, random_evaluator(3), 40, tree=tree, params=PARAMS)
     # Five nodes: the root's evaluation and four children's, then no room for a fifth child.
     assert (tree.node_count == 5).all() and (tree.visits[:, S.ROOT] == 5).all()
     assert not tree.pending.any()
@@ -309,7 +312,7 @@ def reference_target(tree, g, params):
 def test_policy_targets_prune_forced_playouts_as_the_formula_says(k):
     params = PARAMS._replace(forced_playouts_k=k)
     roots = gb.new_boards(4, 7, max_moves=200)
-    tree = S.search(
+    tree = mcts.search(
         roots,
         random_evaluator(4),
         150,
@@ -342,7 +345,9 @@ def S_rng(seed: int, games: int = 4):
 
 def test_root_noise_is_a_dirichlet_mix():
     roots = gb.new_boards(1, 5, max_moves=100)
-    tree = S.search(roots, score_evaluator, 1, params=PARAMS)  # the root expanded, uniform priors
+    tree = mcts.search(
+        roots, score_evaluator, 1, params=PARAMS
+    )  # the root expanded, uniform priors
     count = tree.num_edges[0, S.ROOT]
     start = tree.first_edge[0, S.ROOT]
     base = tree.edge_prior[0, start : start + count].copy()
@@ -377,7 +382,7 @@ def test_tree_reuse_keeps_the_subtree_counts():
     area = roots.color.shape[1]
     tree = S.new_tree(2, 402, 402 * area, area=area)
     spare = S.new_tree(2, 402, 402 * area, area=area)
-    tree = S.search(roots, random_evaluator(8), 200, tree=tree, params=PARAMS)
+    tree = mcts.search(roots, random_evaluator(8), 200, tree=tree, params=PARAMS)
     moves = np.array([max(S.root_visits(tree, g).items(), key=lambda kv: kv[1])[0] for g in (0, 1)])
     children = []
     for g in range(2):
@@ -402,7 +407,7 @@ def test_tree_reuse_keeps_the_subtree_counts():
     # The search goes on from the kept tree: the game moves on, and visits top up to 200.
     gb.play_all(roots, moves)
     kept = new.visits[:, S.ROOT].copy()
-    new = S.search(roots, random_evaluator(9), 200, tree=new, params=PARAMS)
+    new = mcts.search(roots, random_evaluator(9), 200, tree=new, params=PARAMS)
     assert (new.visits[:, S.ROOT] == 200).all() and (kept > 1).all()
     # A move the search never tried starts a fresh tree.
     fresh = S.reroot_all(new, old, np.array([-5, -5]))
@@ -444,7 +449,7 @@ def test_move_choice_follows_visits_sharpened_by_the_temperature():
 def test_a_node_without_moves_is_an_end_of_the_game():
     # A move list one move from full: every leaf below the root has no legal move left.
     roots = gb.new_boards(1, 5, max_moves=1)
-    tree = S.search(roots, score_evaluator, 30, params=PARAMS)
+    tree = mcts.search(roots, score_evaluator, 30, params=PARAMS)
     assert tree.visits[0, S.ROOT] == 30 and not tree.pending.any()
     children = [c for c in tree.edge_child[0, : tree.edge_count[0]] if c >= 0]
     assert children and all(tree.terminal[0, c] == 1 for c in children)
@@ -474,7 +479,7 @@ def test_a_pass_the_opponent_can_answer_with_a_win_is_seen_as_lost(komi, pass_is
         policy[:, PASS] = 0.9
         return policy, np.zeros(leaves.games, np.float32)
 
-    tree = S.search(game.b, flat_passing, 17, params=PARAMS._replace(forced_playouts_k=0.0))
+    tree = mcts.search(game.b, flat_passing, 17, params=PARAMS._replace(forced_playouts_k=0.0))
     edges = range(tree.first_edge[0, 0], tree.first_edge[0, 0] + tree.num_edges[0, 0])
     (pass_edge,) = [e for e in edges if tree.edge_move[0, e] == PASS]
     child = tree.edge_child[0, pass_edge]
@@ -522,7 +527,7 @@ def _final_visits(m: int, n: int) -> list[int]:
 def test_gumbel_root_spreads_its_visits_by_sequential_halving(visits):
     """16 of the 82 moves of an empty 9x9 board get visits, in the schedule's amounts."""
     roots = gb.new_boards(2, 9, max_moves=200)
-    tree = S.search(roots, random_evaluator(3), visits, params=PARAMS, considered=16,
+    tree = mcts.search(roots, random_evaluator(3), visits, params=PARAMS, considered=16,
                     gumbel_rng=new_rng(2, 7))  # fmt: skip
     for g in range(2):
         got = sorted((v for v in S.root_visits(tree, g).values() if v), reverse=True)
@@ -536,7 +541,7 @@ def test_gumbel_root_spreads_its_visits_by_sequential_halving(visits):
 def test_gumbel_root_finds_the_capture_with_few_visits():
     game = atari()
     capture = gb.point(game.b.stride, 2, 0)
-    tree = S.search(game.b, score_evaluator, 40, params=PARAMS, considered=32)
+    tree = mcts.search(game.b, score_evaluator, 40, params=PARAMS, considered=32)
     assert S.gumbel_moves_all(tree, PARAMS)[0] == capture
     targets, kept = S.gumbel_targets_all(tree, PARAMS, game.b.color.shape[1])
     assert kept[0] == 39 and targets[0].argmax() == capture
@@ -558,7 +563,7 @@ def test_completed_q_target_improves_on_the_prior():
         _, value = score_evaluator(leaves)
         return np.broadcast_to(prior, leaves.color.shape).copy(), value
 
-    tree = S.search(game.b, evaluate, 12, params=PARAMS, considered=4)
+    tree = mcts.search(game.b, evaluate, 12, params=PARAMS, considered=4)
     targets, _ = S.gumbel_targets_all(tree, PARAMS, game.b.color.shape[1])
     visits = S.root_visits(tree, 0)
     edges = range(tree.first_edge[0, 0], tree.first_edge[0, 0] + tree.num_edges[0, 0])

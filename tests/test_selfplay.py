@@ -19,6 +19,7 @@ import yaml
 
 from gocore import board as gb
 from gocore import features as F
+from gocore import mcts
 from gocore import search as S
 from gocore import selfplay as SP
 from gocore.board import BLACK, WHITE
@@ -480,7 +481,7 @@ def test_score_utility_prefers_the_bigger_win():
     share = {}
     for weight in (0.0, 0.5):
         params = search_params(score_utility=weight)
-        tree = S.search(game.b, lambda b, w=weight: evaluate(b, w), 400, params=params)
+        tree = mcts.search(game.b, lambda b, w=weight: evaluate(b, w), 400, params=params)
         visits = S.root_visits(tree, 0)
         assert sum(visits.values()) == 399
         share[weight] = visits[capture] / 399
