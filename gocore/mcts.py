@@ -9,7 +9,7 @@ import numpy as np
 
 from gocore.board import Boards
 from gocore.device import backend
-from gocore.search import SearchParams, Tree
+from gocore.search import SearchParams, Tree, tree_size
 
 
 def search(
@@ -52,8 +52,9 @@ def search(
     area = roots.color.shape[1]
     visits = np.broadcast_to(np.asarray(visits, np.int64), (games,))
     if tree is None:
-        most = int(visits.max())
-        tree = xp.new_tree(games, most + 2, (most + 1) * area, leaves_per_game, area)
+        points = int(xp.to_numpy(roots.size).max()) ** 2
+        nodes, edges = tree_size(int(visits.max()), leaves_per_game, points)
+        tree = xp.new_tree(games, nodes, edges, leaves_per_game, area)
     leaves = xp.new_leaves(roots, leaves_per_game) if leaves is None else leaves
     full = np.zeros(games, np.bool_)  # games whose tree has no room left: their search ends
     if noise_rng is not None:

@@ -122,7 +122,7 @@ class Tree(NamedTuple):
 def tree_size(visits: int, leaves_per_game: int, points: int) -> tuple[int, int]:
     """(nodes, edges) of a tree that holds a search of `visits` visits taken `leaves_per_game`
     leaves a step on a board of `points` points (each node's moves and a pass): what the
-    self-play and match drivers allocate."""
+    self-play and match drivers, the GTP engine and gocore.mcts.search allocate."""
     nodes = visits + leaves_per_game + 2
     return nodes, nodes * (points + 1)
 

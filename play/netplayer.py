@@ -291,8 +291,7 @@ class NetPlayer:
         key = (roots.color.shape[1], int(roots.size[0]), roots.max_moves, visits)
         if key not in self._trees:
             self._trees.clear()
-            nodes = visits + self.leaves_per_game + 2
-            edges = nodes * (int(roots.size[0]) ** 2 + 1)
+            nodes, edges = S.tree_size(visits, self.leaves_per_game, int(roots.size[0]) ** 2)
             tree = S.new_tree(1, nodes, edges, self.leaves_per_game, roots.color.shape[1])
             self._trees[key] = (tree, S.new_leaves(roots, self.leaves_per_game))
         return self._trees[key]
