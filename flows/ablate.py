@@ -561,7 +561,8 @@ class _Summary:
 
 
 def _prepare(ab: Ablation) -> None:
-    from flows.runs import SOURCE, create_run
+    from flows.runs import create_run
+    from play.defaults import DEFAULTS
 
     ab.folder.mkdir(parents=True, exist_ok=True)
     if not (ab.folder / ".dvc").is_dir():  # for `dvc plots show` there (the arms are subrepos)
@@ -571,7 +572,7 @@ def _prepare(ab: Ablation) -> None:
         subprocess.run([sys.executable, "-m", "dvc", "init", "--no-scm", "-q"], cwd=ab.folder,
                        check=True, capture_output=True)  # fmt: skip
     install_dvc_template(ab.folder)  # its chart draws offline
-    base = Path(ab.base) if ab.base else SOURCE / layout.PARAMS
+    base = Path(ab.base) if ab.base else DEFAULTS
     for arm in ab.arms:
         folder = ab.arm_folder(arm)
         if (folder / layout.PARAMS).exists():

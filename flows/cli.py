@@ -166,7 +166,8 @@ def check(
     install it. Exit status 1 while one is missing."""
     import yaml
 
-    from flows.runs import SOURCE, preset_params
+    from flows.runs import preset_params
+    from play.defaults import DEFAULTS
     from play.programs import install as install_programs
     from play.programs import which, why_not_install
     from stages.evaluate import missing_programs, needed_programs, without
@@ -179,7 +180,7 @@ def check(
         if source.is_file():
             raw = load_params(source)
         elif preset:  # the run `make run PRESET=...` is about to make
-            raw = yaml.safe_load(preset_params(preset, SOURCE / PARAMS))
+            raw = yaml.safe_load(preset_params(preset, DEFAULTS))
             source = Path(f"preset {preset}")
         else:
             raw = load_params(params_file(None))

@@ -18,10 +18,10 @@ from pathlib import Path
 import yaml
 
 from gocore.atomic import write_text
+from play.defaults import DEFAULTS
 from stages import layout
 from stages.params import ParamsError, load_params
 
-SOURCE = Path(__file__).resolve().parent.parent
 PRESETS = Path(__file__).resolve().parent / "presets"
 
 
@@ -102,7 +102,7 @@ def _run(folder: Path, *cmd: str, doing: str | None = None) -> None:
 def create_run(
     folder: Path,
     preset: str | None,
-    base: Path = SOURCE / layout.PARAMS,
+    base: Path = DEFAULTS,
     *,
     change: dict | None = None,
     note: str | None = None,

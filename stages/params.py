@@ -33,19 +33,10 @@ from pydantic import (
     model_validator,
 )
 
+from play.defaults import params_file  # noqa: F401  (the commands' params.yaml)
 from play.names import PARAMS
 
 DEFAULT_PATH = Path(PARAMS)
-
-
-def params_file(given: Path | str | None) -> Path:
-    """The params.yaml a command reads: the one given, else the working folder's, else the
-    source tree's."""
-    if given is not None:
-        return Path(given)
-    return (
-        DEFAULT_PATH if DEFAULT_PATH.is_file() else Path(__file__).resolve().parent.parent / PARAMS
-    )
 
 
 class ParamsError(ValueError):
