@@ -170,7 +170,7 @@ def play_match(
     seed: int,
     temperature_start: float,
     temperature_end: float,
-    max_moves_per_area: float = 3.0,
+    max_moves_per_area: float,
     considered: int = 0,
     device: str = "cpu",
 ) -> list[MatchGame]:

@@ -174,7 +174,8 @@ def play_batch(
             visits=gate.visits, params=gate.search.params(),
             leaves_per_game=gate.leaves_per_game, seed=batch.seed(gate, generation),
             temperature_start=gate.temperature_start, temperature_end=gate.temperature_end,
-            considered=gate.search.considered, device=device,
+            max_moves_per_area=gate.max_moves_per_area, considered=gate.search.considered,
+            device=device,
         )  # fmt: skip
         if tally is not None:
             tally.add(games)

@@ -106,6 +106,7 @@ ADDED: dict[str, Any] = {
     "selfplay.shards": 1,
     "selfplay.compile": "none",
     "gate.compile": "none",
+    "gate.max_moves_per_area": 3.0,
     "run.push": False,
     "cluster": {"address": None, "worker_threads": 1, "resources": {}, "security": None},
     "cluster.security": None,
@@ -442,6 +443,7 @@ class GateParams(Section):
     komi: Real
     temperature_start: Real = Field(gt=0)
     temperature_end: Real = Field(gt=0)
+    max_moves_per_area: Real = Field(gt=0)
     search: MatchSearchSection
     threads: int = Field(ge=1)  # torch CPU threads
     compile: NetCompile

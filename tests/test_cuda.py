@@ -802,7 +802,7 @@ def test_matches_on_the_device_play_the_games_of_the_cpu(gpu, tiny_model, consid
             net, UniformNet(2), np.array([True, False]), size=5,
             rules=PRESETS["chinese"].with_komi(0.5), visits=6, params=gate.search.params(),
             leaves_per_game=2, seed=7, temperature_start=0.8, temperature_end=0.2,
-            considered=considered, device=device,
+            max_moves_per_area=gate.max_moves_per_area, considered=considered, device=device,
         )  # fmt: skip
         played[device] = [(g.a_is_black, g.black_lead, g.moves.tolist()) for g in games]
     assert played["cuda"] == played["cpu"]

@@ -48,7 +48,7 @@ def test_each_side_plays_with_its_own_net():
         UniformNet(0), CornerNet(), a_is_black, size=5,
         rules=PRESETS["tromp-taylor"].with_komi(0.5), visits=2,
         params=search_params(score_utility=0.0), leaves_per_game=1, seed=0,
-        temperature_start=0.05, temperature_end=0.05,
+        temperature_start=0.05, temperature_end=0.05, max_moves_per_area=3.0,
     )  # fmt: skip
     assert [g.a_is_black for g in games] == a_is_black.tolist()
     first_b, first_a = [], []
@@ -69,7 +69,7 @@ def test_gumbel_roots_play_whole_games_that_differ():
         UniformNet(0), UniformNet(1), np.array([True, False] * 3), size=5,
         rules=PRESETS["tromp-taylor"].with_komi(0.5), visits=8,
         params=search_params(score_utility=0.0), leaves_per_game=2, seed=0,
-        temperature_start=0.5, temperature_end=0.1, considered=4,
+        temperature_start=0.5, temperature_end=0.1, max_moves_per_area=3.0, considered=4,
     )  # fmt: skip
     openings = {tuple(int(m) for m in g.moves[:6]) for g in games}
     assert len(openings) > 1
@@ -90,8 +90,8 @@ def _params(**kw):
                                 virtual_loss=1.0, score_utility=0.0, **PUCT_ROOT)  # fmt: skip
     values = dict(games=6, win_fraction=0.5, early_stop=False, slots=3, visits=4,
                   leaves_per_game=2, board_size=5, rules="chinese", komi=0.5,
-                  temperature_start=0.5, temperature_end=0.1, search=search, threads=1,
-                  compile="none", seed=0)  # fmt: skip
+                  temperature_start=0.5, temperature_end=0.1, max_moves_per_area=3.0,
+                  search=search, threads=1, compile="none", seed=0)  # fmt: skip
     values.update(kw)
     return gate.Params(gate=gate.GateParams(**values), device="cpu")
 
