@@ -27,7 +27,7 @@ def bench_nets(
     batches: Annotated[str, typer.Option(help="Batch sizes, comma separated.")] = "64,256",
 ) -> None:
     """Forward evaluations and training samples per second per net, board and batch."""
-    from bench.nets import TABLE_HEADER, format_footer, format_row
+    from bench.nets import TABLE, format_footer, format_row
     from bench.nets import bench_nets as run
     from nets.config import SIZES
 
@@ -43,7 +43,7 @@ def bench_nets(
         raise typer.BadParameter(
             f"expected batches like 64,256 (got {batches!r})", param_hint="--batches"
         ) from None
-    _stream(run(names, _sizes(sizes), batch_sizes, seconds), TABLE_HEADER, format_row, as_json,
+    _stream(run(names, _sizes(sizes), batch_sizes, seconds), TABLE.header(), format_row, as_json,
             footer=format_footer)  # fmt: skip
 
 
@@ -57,12 +57,12 @@ def bench_features(
     batch: Annotated[int, typer.Option(help="Positions per batch.")] = 256,
 ) -> None:
     """Positions encoded per second beside one b6c96 forward pass on the same batch."""
+    from bench.features import TABLE
     from bench.features import bench_features as run
-    from bench.features import format_table
 
     board_sizes = _sizes(sizes)
     rows = run(sizes=board_sizes, batch=batch, seconds=seconds)
-    print(json.dumps(rows) if as_json else format_table(rows))
+    print(json.dumps(rows) if as_json else TABLE.render(rows))
 
 
 @bench_app.command("selfplay")
@@ -118,7 +118,7 @@ def bench_selfplay(
     ] = 0,
 ) -> None:
     """Self-play visits per second beside the same net's evaluations per second, no search."""
-    from bench.selfplay import HEADER, format_row
+    from bench.selfplay import TABLE, format_row
     from bench.selfplay import bench_selfplay as run
     from nets.config import SIZES
     from nets.evaluator import COMPILE_MODES
@@ -184,7 +184,7 @@ def bench_selfplay(
     rows = run(pairs, slots=[int(s) for s in slot_counts], leaves=leaves, seconds=seconds,
                params_path=params, device=device, dtypes=dtypes, compiles=compiles,
                encoder_registers=caps, profile=profile, lockstep=lockstep)  # fmt: skip
-    _stream(rows, HEADER, format_row, as_json)
+    _stream(rows, TABLE.header(), format_row, as_json)
 
 
 @bench_app.command("scale")
@@ -203,7 +203,7 @@ def bench_scale(
     """Self-play in one process and on a Dask LocalCluster of 1 and 2 workers.
 
     One generation's games: games/s, speed-up against the ideal, time not spent playing."""
-    from bench.scale import HEADER, format_row, summary
+    from bench.scale import TABLE, summary
     from bench.scale import bench_scale as run
     from nets.config import SIZES
     from stages.params import ParamsError
@@ -229,9 +229,7 @@ def bench_scale(
         print(json.dumps(result))
         return
     print(f"{net}, {games} games a measurement ({shards} shards on the cluster), {params}")
-    print(HEADER)
-    for row in result["rows"]:
-        print(format_row(row))
+    print(TABLE.render(result["rows"]))
     print(summary(result))
 
 
@@ -246,7 +244,7 @@ def bench_threads(
     """Self-play with torch's default threads (baseline) against one thread.
 
     Idle and beside a busy process: the two choices of selfplay.threads."""
-    from bench.selfplay import bench_beside_a_busy_process
+    from bench.selfplay import THREADS_TABLE, bench_beside_a_busy_process
     from nets.config import SIZES
 
     if net not in SIZES:
@@ -254,11 +252,7 @@ def bench_threads(
     if busy < 0 or not 2 <= board <= 19:
         raise typer.BadParameter("--busy must be >= 0 and --board within 2..19")
     rows = bench_beside_a_busy_process(net, board, seconds=seconds, params_path=params, busy=busy)
-    print(f"{'setting':>24} {'threads':>7} {'busy':>4} {'visits/s':>9} {'net evals/s':>11}")
-    for r in rows:
-        rate, net_rate = r["selfplay_visits_per_s"], r["net_only_evals_per_s"]
-        print(f"{r['setting']:>24} {r['torch_threads']:>7} {r['busy_processes']:>4} "
-              f"{rate:>9,.0f} {net_rate:>11,.0f}")  # fmt: skip
+    print(THREADS_TABLE.render(rows))
     idle = rows[1]["selfplay_visits_per_s"] / rows[0]["selfplay_visits_per_s"]
     beside = rows[3]["selfplay_visits_per_s"] / rows[2]["selfplay_visits_per_s"]
     print(
@@ -290,7 +284,7 @@ def bench_shuffle(
     import shutil
     import tempfile
 
-    from bench.shuffle import HEADER, format_row
+    from bench.shuffle import TABLE
     from bench.shuffle import bench_shuffle as run
 
     if rows < 1 or rows_per_file < 1:
@@ -305,9 +299,7 @@ def bench_shuffle(
         print(json.dumps(results))
         return
     print(f"synthetic history: {rows:,} rows of 9x9 in 10 generations (made in {made:.0f} s)")
-    print(HEADER)
-    for r in results:
-        print(format_row(r))
+    print(TABLE.render(results))
     base, ours = results
     same = "the same files" if base["digest"] == ours["digest"] else "DIFFERENT files (a bug)"
     print(f"polars: {ours['rows_per_minute'] / base['rows_per_minute']:.2f}x the baseline's "
@@ -332,7 +324,7 @@ def bench_play(
     params: Annotated[Path | None, typer.Option(help="params.yaml (gate.search).")] = None,
 ) -> None:
     """Seconds per move of `tengen gtp --model` beside the net alone at the same batch."""
-    from bench.play import HEADER, bench_one, format_row
+    from bench.play import TABLE, bench_one
     from nets.config import SIZES
     from stages.params import EngineSection, load_params, params_file, section
 
@@ -350,7 +342,7 @@ def bench_play(
     rows = (row for name in names
             for row in bench_one(name, board, counts, leaves=leaves or engine.leaves_per_game,
                                  moves=moves, params=engine.search.params()))  # fmt: skip
-    _stream(rows, HEADER, format_row, as_json)
+    _stream(rows, TABLE.header(), TABLE.row, as_json)
 
 
 @bench_app.command("rules")

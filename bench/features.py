@@ -17,6 +17,7 @@ import time
 
 import numpy as np
 
+from bench.table import Column, Table
 from gocore import board as gb
 from gocore import features as F
 from gocore.rules import PRESETS
@@ -170,19 +171,18 @@ def _bench_gpu(size, batches, net, seconds) -> dict | None:
     return _row(size, "cuda", 0, positions, encode_rate, forward_rate, part_rates)
 
 
-def format_table(rows: list[dict]) -> str:
-    lines = [
-        "input encoding (18 planes + 10 globals, ladders, Benson) beside one b6c96 forward pass;"
-        " its ladder read and Benson's area alone",
-        f"{'board':>6} {'device':>6} {'threads':>7} {'batch':>5} {'encode pos/s':>13} "
-        f"{'forward pos/s':>14} {'encode/forward':>15} {'ladders pos/s':>14} "
-        f"{'Benson pos/s':>13}",
-    ]
-    for r in rows:
-        lines.append(
-            f"{r['board']:>6} {r['device']:>6} {r['threads'] or '-':>7} {r['batch']:>5} "
-            f"{r['positions_per_s']:>13,.0f} {r['forward_positions_per_s']:>14,.0f} "
-            f"{r['encode_fraction']:>14.1%} {r['ladders_positions_per_s']:>14,.0f} "
-            f"{r['benson_positions_per_s']:>13,.0f}"
-        )
-    return "\n".join(lines)
+TABLE = Table(
+    title="input encoding (18 planes + 10 globals, ladders, Benson) beside one b6c96 forward "
+    "pass; its ladder read and Benson's area alone",
+    columns=(
+        Column("board", 6, "board"),
+        Column("device", 6, "device"),
+        Column("threads", 7, lambda r: r["threads"] or None),
+        Column("batch", 5, "batch"),
+        Column("encode pos/s", 13, "positions_per_s", ",.0f"),
+        Column("forward pos/s", 14, "forward_positions_per_s", ",.0f"),
+        Column("encode/forward", 15, "encode_fraction", ".1%"),
+        Column("ladders pos/s", 14, "ladders_positions_per_s", ",.0f"),
+        Column("Benson pos/s", 13, "benson_positions_per_s", ",.0f"),
+    ),
+)

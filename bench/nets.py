@@ -15,6 +15,7 @@ import time
 import torch
 from torch import nn
 
+from bench.table import Column, Table
 from nets.config import SIZES, NetConfig
 from nets.losses import LossWeights, loss_terms
 from nets.model import GoNet
@@ -198,22 +199,24 @@ def bench_nets(nets, boards=(9, 19), batches=(64, 256), seconds: float = 1.0):
                     yield row
 
 
-TABLE_HEADER = (
-    "network speed: forward evaluations and training samples per second\n"
-    f"{'net':>15} {'board':>6} {'batch':>5} {'device':>9} {'evals/s':>10} "
-    f"{'train/s':>9} {'GFLOP/eval':>10} {'of matmul':>10}"
+TABLE = Table(
+    title="network speed: forward evaluations and training samples per second",
+    columns=(
+        Column("net", 15, "net"),
+        Column("board", 6, "board"),
+        Column("batch", 5, "batch"),
+        Column("device", 9, "device"),
+        Column("evals/s", 10, "evals_per_s", ",.1f"),
+        Column("train/s", 9, "train_samples_per_s", ",.1f"),
+        Column("GFLOP/eval", 10, "gflop_per_eval", ".3f"),
+        Column("of matmul", 10, "forward_fraction_of_matmul", ".0%", missing=""),
+    ),
 )
 
 
 def format_row(r: dict) -> str:
-    share = r.get("forward_fraction_of_matmul")
-    train = r["train_samples_per_s"]
-    return (
-        f"{r['net']:>15} {r['board']:>6} {r['batch']:>5} {r['device']:>9} "
-        f"{r['evals_per_s']:>10,.1f} {'-' if train is None else f'{train:,.1f}':>9} "
-        f"{r['gflop_per_eval']:>10.3f} {'' if share is None else f'{share:.0%}':>10}"
-        + (f"  (training skipped: {r['train_skipped']})" if "train_skipped" in r else "")
-    )
+    skipped = f"  (training skipped: {r['train_skipped']})" if "train_skipped" in r else ""
+    return TABLE.row(r) + skipped
 
 
 def format_footer(rows: list[dict]) -> str:

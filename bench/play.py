@@ -16,6 +16,7 @@ import time
 
 import numpy as np
 
+from bench.table import Column, Table, board_text
 from gocore.board import BLACK
 from gocore.rules import PRESETS
 from play.game import Game
@@ -95,16 +96,17 @@ def bench_one(net_name: str, size: int, visits_list, *, leaves: int, moves: int,
     return rows
 
 
-HEADER = (
-    f"{'net':>7} {'board':>5} {'visits':>6} {'batch':>5} {'s/move':>8} {'genmove':>8} "
-    f"{'(visits)':>8} {'visits/s':>9} {'net-only s/move':>15} {'efficiency':>10}"
-)
-
-
-def format_row(r: dict) -> str:
-    return (
-        f"{r['net']:>7} {r['board']:>3}x{r['board']:<1} {r['visits']:>6} {r['batch']:>5} "
-        f"{r['seconds_per_move_full']:>8.3f} {r['seconds_per_move_genmove']:>8.3f} "
-        f"{r['genmove_visits']:>8} {r['visits_per_s']:>9,.0f} "
-        f"{r['net_only_seconds_per_move']:>15.3f} {r['efficiency']:>10.1%}"
+TABLE = Table(
+    (
+        Column("net", 7, "net"),
+        Column("board", 5, board_text),
+        Column("visits", 6, "visits"),
+        Column("batch", 5, "batch"),
+        Column("s/move", 8, "seconds_per_move_full", ".3f"),
+        Column("genmove", 8, "seconds_per_move_genmove", ".3f"),
+        Column("(visits)", 8, "genmove_visits"),
+        Column("visits/s", 9, "visits_per_s", ",.0f"),
+        Column("net-only s/move", 15, "net_only_seconds_per_move", ".3f"),
+        Column("efficiency", 10, "efficiency", ".1%"),
     )
+)

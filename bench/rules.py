@@ -12,6 +12,7 @@ from __future__ import annotations
 import random
 import time
 
+from bench.table import Column, Table
 from gocore.board import new_boards
 from gocore.playout import new_rng, random_games
 from gocore.rules import Rules
@@ -88,21 +89,30 @@ def bench_rules(sizes: tuple[int, ...] = (9, 19), seconds: float = 3.0) -> list[
     return rows
 
 
+TABLE = Table(
+    title="random games per second, one core (uniform legal moves incl. pass, until two passes)",
+    columns=(
+        Column("board", 6, "board"),
+        Column("tengen", 10, "tengen_games_per_s", ".0f"),
+        Column("OpenSpiel", 10, "openspiel_games_per_s", ".0f", missing="n/a"),
+        Column(
+            "ratio",
+            7,
+            lambda r: None if r["ratio"] is None else f"{r['ratio']:.1f}x",
+            missing="n/a",
+        ),
+        Column(
+            "moves/game tengen, OpenSpiel",
+            30,
+            lambda r: f"{r['tengen_moves_per_game']:.1f}, {r['openspiel_moves_per_game']}",
+            align="<",
+            gap=3,
+        ),
+    ),
+)
+
+
 def format_table(rows: list[dict]) -> str:
-    lines = [
-        "random games per second, one core (uniform legal moves incl. pass, until two passes)",
-        f"{'board':>6} {'tengen':>10} {'OpenSpiel':>10} {'ratio':>7}"
-        "   moves/game tengen, OpenSpiel",
-    ]
-    for r in rows:
-        theirs = (
-            "n/a" if r["openspiel_games_per_s"] is None else f"{r['openspiel_games_per_s']:.0f}"
-        )
-        ratio = "n/a" if r["ratio"] is None else f"{r['ratio']:.1f}x"
-        lines.append(
-            f"{r['board']:>6} {r['tengen_games_per_s']:>10.0f} {theirs:>10} {ratio:>7}"
-            f"   {r['tengen_moves_per_game']:.1f}, {r['openspiel_moves_per_game']}"
-        )
-    if any(r["openspiel_games_per_s"] is None for r in rows):
-        lines.append("OpenSpiel is not installed: pip install 'tengen[bench]' (open-spiel)")
-    return "\n".join(lines)
+    missing = any(r["openspiel_games_per_s"] is None for r in rows)
+    footer = "OpenSpiel is not installed: pip install 'tengen[bench]' (open-spiel)"
+    return TABLE.render(rows, footer if missing else "")

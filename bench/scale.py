@@ -18,6 +18,7 @@ from pathlib import Path
 
 import yaml
 
+from bench.table import Column, Table
 from play.names import PARAMS
 from stages.params import ClusterParams, load_params
 
@@ -123,19 +124,18 @@ def _row(name: str, metrics: dict, workers: int | None) -> dict:
     return row
 
 
-HEADER = (
-    f"{'':44} {'games':>5} {'shards':>6} {'seconds':>8} {'games/s':>8} {'visits/s':>9} "
-    f"{'not playing':>11} {'start-up s':>10}"
-)
-
-
-def format_row(row: dict) -> str:
-    idle = f"{row['not_playing']:.1%}" if "not_playing" in row else "-"
-    up = f"{row['cluster_start_s']:.1f}" if "cluster_start_s" in row else "-"
-    return (
-        f"{row['way']:44} {row['games']:>5} {row['shards']:>6} {row['seconds']:>8.1f} "
-        f"{row['games_per_s']:>8.3f} {row['visits_per_s']:>9,.0f} {idle:>11} {up:>10}"
+TABLE = Table(
+    (
+        Column("", 44, "way", align="<"),
+        Column("games", 5, "games"),
+        Column("shards", 6, "shards"),
+        Column("seconds", 8, "seconds", ".1f"),
+        Column("games/s", 8, "games_per_s", ".3f"),
+        Column("visits/s", 9, "visits_per_s", ",.0f"),
+        Column("not playing", 11, lambda r: r.get("not_playing"), ".1%"),
+        Column("start-up s", 10, lambda r: r.get("cluster_start_s"), ".1f"),
     )
+)
 
 
 def summary(result: dict) -> str:

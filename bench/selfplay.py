@@ -14,6 +14,7 @@ import time
 
 import numpy as np
 
+from bench.table import Column, Table, board_text
 from gocore import selfplay as SP
 from play.names import PARAMS
 from stages.params import SelfPlayParams, load_params, section
@@ -348,20 +349,40 @@ def bench_selfplay(
                         first = False
 
 
-HEADER = (
-    f"{'net':>7} {'board':>5} {'games':>5} {'batch':>5} {'device':>6} {'dtype':>8} "
-    f"{'compile':>15} {'regs':>4} {'visits/s':>9} "
-    f"{'moves/s':>8} {'net evals/s':>11} {'efficiency':>10}"
+TABLE = Table(
+    (
+        Column("net", 7, "net"),
+        Column("board", 5, board_text),
+        Column("games", 5, "games_in_parallel"),
+        Column("batch", 5, "batch"),
+        Column("device", 6, "device"),
+        Column("dtype", 8, "dtype"),
+        Column("compile", 15, "compile"),
+        Column("regs", 4, "encoder_registers"),
+        Column("visits/s", 9, "selfplay_visits_per_s", ",.0f"),
+        Column("moves/s", 8, "selfplay_moves_per_s", ",.1f"),
+        Column("net evals/s", 11, "net_only_evals_per_s", ",.0f"),
+        Column("efficiency", 10, "efficiency", ".1%"),
+    )
+)
+
+
+# `bench threads`: the same self-play measured with each choice of torch's threads.
+THREADS_TABLE = Table(
+    (
+        Column("setting", 24, "setting"),
+        Column("threads", 7, "torch_threads"),
+        Column("busy", 4, "busy_processes"),
+        Column("visits/s", 9, "selfplay_visits_per_s", ",.0f"),
+        Column("net evals/s", 11, "net_only_evals_per_s", ",.0f"),
+    )
 )
 
 
 def format_row(r: dict) -> str:
+    """The table's row, and under it where a step's time went."""
     return (
-        f"{r['net']:>7} {r['board']:>3}x{r['board']:<2}"[:14].rjust(14)
-        + f" {r['games_in_parallel']:>5} {r['batch']:>5} {r['device']:>6} {r['dtype']:>8} "
-        f"{r['compile']:>15} {r['encoder_registers'] or '-':>4} "
-        f"{r['selfplay_visits_per_s']:>9,.0f} {r['selfplay_moves_per_s']:>8,.1f} "
-        f"{r['net_only_evals_per_s']:>11,.0f} {r['efficiency']:>10.1%}"
+        TABLE.row(r)
         + f"\n    {r['steps_per_s']:,.1f} steps/s; timed apart, ms a step: "
         + ", ".join(f"{k} {v:.2f}" for k, v in r["ms_per_step"].items())
         + f"\n    roots changed a step: {r['roots_changed_per_step']:,.1f} games of "

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from bench.table import Column, Table
 from gocore.atomic import write_json
 from gocore.features import N_GLOBALS, N_PLANES, packed_length
 from stages import layout
@@ -224,12 +225,18 @@ def bench_shuffle(rows: int, work: Path, *, rows_per_file: int = 20_000, keep: b
     return results, made
 
 
-HEADER = f"{'engine':<22}{'rows':>11}{'seconds':>9}{'rows/min':>13}{'peak RSS':>11}  digest"
-
-
-def format_row(m: dict) -> str:
-    name = "pyarrow (baseline)" if m["engine"] == "pyarrow" else "polars (the stage's)"
-    return (
-        f"{name:<22}{m['window_rows']:>11,}{m['seconds']:>9.1f}{m['rows_per_minute']:>13,.0f}"
-        f"{m['peak_rss_bytes'] / 2**30:>9.2f} GB  {m['digest'][:12]}"
+TABLE = Table(
+    (
+        Column(
+            "engine",
+            21,
+            lambda m: "pyarrow (baseline)" if m["engine"] == "pyarrow" else "polars (the stage's)",
+            align="<",
+        ),
+        Column("rows", 11, "window_rows", ","),
+        Column("seconds", 8, "seconds", ".1f"),
+        Column("rows/min", 12, "rows_per_minute", ",.0f"),
+        Column("peak RSS", 10, lambda m: f"{m['peak_rss_bytes'] / 2**30:.2f} GB"),
+        Column("digest", 12, lambda m: m["digest"][:12], align="<", gap=2),
     )
+)
