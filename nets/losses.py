@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 
 import torch
-import torch.nn.functional as F
+import torch.nn.functional as nnf
 from torch import nn
 
 from nets.model import score_values
@@ -45,7 +45,7 @@ class LossWeights:
 
 
 def _huber(x: torch.Tensor, delta: float) -> torch.Tensor:
-    return F.huber_loss(x, torch.zeros_like(x), reduction="none", delta=delta)
+    return nnf.huber_loss(x, torch.zeros_like(x), reduction="none", delta=delta)
 
 
 def loss_terms(
@@ -64,16 +64,16 @@ def loss_terms(
     value_weight = target["value_weight"]
     known = value_weight * target["score_weight"] if "score_weight" in target else value_weight
 
-    log_policy = F.log_softmax(out["policy"].float(), dim=1)
+    log_policy = nnf.log_softmax(out["policy"].float(), dim=1)
     policy = -(target["policy_target"] * log_policy).sum(dim=1) * policy_weight
 
     reply = target["opponent_move"]
     has_reply = (reply >= 0).float()
-    log_reply = F.log_softmax(out["opponent_policy"].float(), dim=1)
+    log_reply = nnf.log_softmax(out["opponent_policy"].float(), dim=1)
     picked = log_reply.gather(1, reply.clamp(min=0)[:, None]).squeeze(1)
     opponent_policy = -picked * has_reply * policy_weight
 
-    outcome = -(target["outcome"] * F.log_softmax(out["outcome"].float(), dim=1)).sum(dim=1)
+    outcome = -(target["outcome"] * nnf.log_softmax(out["outcome"].float(), dim=1)).sum(dim=1)
 
     # Ownership: binary cross-entropy of (1 + o) / 2, summed over the board / its area.
     predicted = (out["ownership"].float() + 1.0) / 2.0
@@ -86,7 +86,7 @@ def loss_terms(
     ownership = ((cross - floor) * mask).sum(dim=(1, 2)) / area
 
     values = score_values_like(out["score_belief"])
-    log_belief = F.log_softmax(out["score_belief"].float(), dim=1)  # (B, S)
+    log_belief = nnf.log_softmax(out["score_belief"].float(), dim=1)  # (B, S)
     target_bin = (
         torch.round((target["final_score"] - values[0]) * 2.0).long().clamp(0, values.numel() - 1)
     )

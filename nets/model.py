@@ -22,7 +22,7 @@ Outputs (a dict of tensors, B rows):
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
+import torch.nn.functional as nnf
 from torch import nn
 
 from nets.config import GO_FEATURE_PLANES, MAX_BOARD, NetConfig, score_range
@@ -45,7 +45,7 @@ class MaskedBatchNorm(nn.BatchNorm2d):
         if board.full:  # the same statistics and running averages, in one fused kernel
             if self.training:
                 self.num_batches_tracked += 1
-            return F.batch_norm(
+            return nnf.batch_norm(
                 x,
                 self.running_mean,
                 self.running_var,
@@ -118,7 +118,7 @@ class NormActConv(nn.Module):
         self.conv = nn.Conv2d(c_in, c_out, kernel, padding=kernel // 2, bias=False)
 
     def forward(self, x: torch.Tensor, board: Board) -> torch.Tensor:
-        return board.on(self.conv(F.relu(self.norm(x, board))))
+        return board.on(self.conv(nnf.relu(self.norm(x, board))))
 
 
 class ResBlock(nn.Module):
@@ -147,10 +147,10 @@ class GlobalPoolBlock(nn.Module):
         self.second = NormActConv(c - c_pool, c, 3)
 
     def forward(self, x: torch.Tensor, board: Board) -> torch.Tensor:
-        y = F.relu(self.norm(x, board))
+        y = nnf.relu(self.norm(x, board))
         regular = board.on(self.conv_regular(y))  # (B, c - c_pool, H, W)
         pooled = board.on(self.conv_pooled(y))  # (B, c_pool, H, W)
-        pooled = F.relu(self.norm_pooled(pooled, board))
+        pooled = nnf.relu(self.norm_pooled(pooled, board))
         regular = regular + board.on(self.pool_bias(board.pool(pooled))[:, :, None, None])
         return x + self.second(regular, board)
 
@@ -172,9 +172,9 @@ class InvertedResidual(nn.Module):
         self.norm_project = MaskedBatchNorm(c)
 
     def forward(self, x: torch.Tensor, board: Board) -> torch.Tensor:
-        y = F.relu6(self.norm_expand(board.on(self.expand(x)), board))
-        y = F.relu6(self.norm_depthwise(board.on(self.depthwise(y)), board))
-        gate = torch.sigmoid(self.excite(F.relu(self.squeeze(y.sum(dim=(2, 3)) / board.area))))
+        y = nnf.relu6(self.norm_expand(board.on(self.expand(x)), board))
+        y = nnf.relu6(self.norm_depthwise(board.on(self.depthwise(y)), board))
+        gate = torch.sigmoid(self.excite(nnf.relu(self.squeeze(y.sum(dim=(2, 3)) / board.area))))
         y = y * gate[:, :, None, None]
         return x + self.norm_project(board.on(self.project(y)), board)
 
@@ -202,8 +202,8 @@ class ScoreBelief(nn.Module):
         parity = torch.remainder(s, 2.0).sub(1.0).abs()  # 1 at even scores, 0 at odd, .5 between
         score_features = torch.stack([0.05 * s, parity], dim=1)  # (S, 2)
         hidden = self.from_features(pooled)[:, None, :] + self.from_score(score_features)[None]
-        logits = self.out(F.relu(hidden)).squeeze(-1)  # (B, S)
-        return logits * F.softplus(self.scale(pooled))
+        logits = self.out(nnf.relu(hidden)).squeeze(-1)  # (B, S)
+        return logits * nnf.softplus(self.scale(pooled))
 
 
 class PolicyHead(nn.Module):
@@ -222,10 +222,10 @@ class PolicyHead(nn.Module):
 
     def forward(self, x: torch.Tensor, board: Board) -> tuple[torch.Tensor, torch.Tensor]:
         p = board.on(self.conv_p(x))  # (B, c_head, H, W)
-        g = F.relu(self.norm_g(board.on(self.conv_g(x)), board))
+        g = nnf.relu(self.norm_g(board.on(self.conv_g(x)), board))
         pooled = board.pool(g)  # (B, 3 c_head)
         p = p + board.on(self.g_bias(pooled)[:, :, None, None])
-        maps = self.conv_out(F.relu(self.norm_p(p, board)))  # (B, 2, H, W)
+        maps = self.conv_out(nnf.relu(self.norm_p(p, board)))  # (B, 2, H, W)
         if not board.full:
             maps = maps + (1.0 - board.mask) * OFF_BOARD_LOGIT
         return maps.flatten(2), self.pass_out(pooled)  # (B, 2, H*W), (B, 2)
@@ -248,14 +248,14 @@ class ValueHead(nn.Module):
     def forward(
         self, x: torch.Tensor, board: Board, belief: bool = True
     ) -> dict[str, torch.Tensor]:
-        v = F.relu(self.norm(board.on(self.conv(x)), board))  # (B, c_val, H, W)
+        v = nnf.relu(self.norm(board.on(self.conv(x)), board))  # (B, c_val, H, W)
         pooled = board.pool_value(v)  # (B, 3 c_val)
-        h = F.relu(self.hidden(pooled))
+        h = nnf.relu(self.hidden(pooled))
         score = self.score(h)
         out = {
             "outcome": self.outcome(h),
             "score_mean": score[:, 0] * 20.0,  # scores are tens of points: a better-scaled output
-            "score_stdev": F.softplus(score[:, 1]) * 20.0,
+            "score_stdev": nnf.softplus(score[:, 1]) * 20.0,
             "ownership": torch.tanh(self.ownership(v)).squeeze(1) * board.mask[:, 0],
         }
         if belief:
@@ -297,12 +297,12 @@ class AveragePoolValueHead(nn.Module):
         self, x: torch.Tensor, board: Board, belief: bool = True
     ) -> dict[str, torch.Tensor]:
         mean = x.sum(dim=(2, 3)) / board.area  # (B, c)
-        h = F.relu(self.hidden(mean))
+        h = nnf.relu(self.hidden(mean))
         score = self.score(h)
         out = {
             "outcome": self.outcome(h),
             "score_mean": score[:, 0] * 20.0,
-            "score_stdev": F.softplus(score[:, 1]) * 20.0,
+            "score_stdev": nnf.softplus(score[:, 1]) * 20.0,
             "ownership": torch.tanh(self.ownership(x)).squeeze(1) * board.mask[:, 0],
         }
         if belief:
@@ -353,7 +353,7 @@ class GoNet(nn.Module):
         x = x + board.on(self.global_bias(glob)[:, :, None, None])
         for block in self.blocks:
             x = block(x, board)
-        x = F.relu(self.trunk_norm(x, board))
+        x = nnf.relu(self.trunk_norm(x, board))
         maps, passes = self.policy(x, board)
         out = self.value(x, board, score_belief)
         out["policy"] = torch.cat([maps[:, 0], passes[:, :1]], dim=1)  # (B, H*W + 1)
