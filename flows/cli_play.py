@@ -450,3 +450,78 @@ def _show_final_position(sgf_path: Path, console) -> None:
     record = read_sgf(sgf_path)
     console.print(board_diagram(replay(record)), highlight=False)
     console.print(f"result {record.result}: {record.root_comment}", highlight=False)
+
+
+@commands.command(
+    "analysis",
+    rich_help_panel="Play",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    add_help_option=False,
+)
+def analysis(ctx: typer.Context) -> None:
+    """KataGo's JSON analysis engine on stdin/stdout (for KaTrain), with KataGo's command line.
+
+    tengen analysis -model M [-config C] [-override-config K=V,...] [-analysis-threads N]
+    [-quit-without-waiting] [-params P] [-device cpu|cuda] [-seed S]. M as `tengen gtp
+    --model` takes it; C in KataGo's `key = value` form (maxVisits, maxTime,
+    reportAnalysisWinratesAs, numAnalysisThreads and tengenBoardSizes are used, KataGo's other
+    keys accepted and ignored). The search's knobs are params.yaml's gate section."""
+    import argparse
+
+    from play.analysis import AnalysisEngine, Settings, parse_config, parse_overrides
+    from stages.params import ParamsError, load_params, params_file
+
+    parser = argparse.ArgumentParser(prog="tengen analysis", add_help=True)
+    parser.add_argument("-model", required=True)
+    parser.add_argument("-config")
+    parser.add_argument("-override-config", dest="override", default="")
+    parser.add_argument("-analysis-threads", dest="threads", type=int)
+    parser.add_argument("-quit-without-waiting", dest="quit", action="store_true")
+    parser.add_argument("-params", type=Path)
+    parser.add_argument("-device", default="cpu", choices=("cpu", "cuda"))
+    parser.add_argument("-seed", type=int, default=0)
+    parser.add_argument("-lineage", type=Path)
+    opts = parser.parse_args(ctx.args)  # exit status 2 with argparse's message
+
+    def refuse(message: str) -> None:
+        print(f"tengen analysis: {message}", file=sys.stderr)
+        raise typer.Exit(2)
+
+    try:
+        config = {}
+        if opts.config is not None:
+            path = Path(opts.config)
+            if not path.is_file():
+                refuse(f"-config {path}: no such file")
+            config = parse_config(path.read_text(errors="replace"), str(path))
+        config.update(parse_overrides(opts.override))
+        threads = opts.threads or int(config.get("numAnalysisThreads", "1"))
+        if threads < 1:
+            refuse(f"analysis threads must be >= 1 (got {threads})")
+        source = params_file(opts.params)
+        trained = load_params(source)["selfplay"]["board_sizes"]
+        settings = Settings.from_config(config, (int(size) for size in trained))
+    except (ValueError, ParamsError, KeyError) as e:
+        refuse(str(e))
+    try:
+        player = net_player(
+            opts.model, visits=settings.max_visits, seconds=None, device=opts.device, threads=1,
+            leaves=None, resign_below=None, resign_after=20, seed=opts.seed,
+            params_path=opts.params, section_name="gate", lineage=opts.lineage,
+        )  # fmt: skip
+    except typer.BadParameter as e:
+        refuse(f"-model {opts.model}: {e.message}")
+    player.warm_up(min(settings.board_sizes))
+    if settings.ignored:
+        print(f"tengen analysis: config keys with no meaning to tengen, ignored: "
+              f"{', '.join(settings.ignored)}", file=sys.stderr)  # fmt: skip
+    engine = AnalysisEngine(
+        lambda i: player if i == 0 else player.fork(opts.seed + i), settings, out=sys.stdout,
+        threads=threads, version=_version() + f" {player.model_id}".rstrip(),
+        log=lambda message: print(message, file=sys.stderr, flush=True),
+    )  # fmt: skip
+    print("tengen analysis: started, ready to begin handling requests", file=sys.stderr,
+          flush=True)  # fmt: skip
+    sys.stdin.reconfigure(encoding="utf-8", errors="replace")
+    with contextlib.suppress(KeyboardInterrupt):
+        engine.serve(sys.stdin, wait=not opts.quit)

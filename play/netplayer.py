@@ -135,6 +135,21 @@ class NetPlayer:
     def set_seed(self, seed: int) -> None:
         self.rng = np.random.default_rng(int(seed) % (1 << 63))
 
+    def fork(self, seed: int) -> NetPlayer:
+        """Another player with the same net and knobs, and its own trees, caches and random
+        state: a second thread searches with it while this one searches (the net is shared;
+        a NetPlayer itself is not for two threads at once)."""
+        return NetPlayer(
+            self.net, params=self.params, visits=self.visits, seconds=self.seconds,
+            leaves_per_game=self.leaves_per_game, resign_below=self.resign_below,
+            resign_after=self.resign_after, seed=seed, model_id=self.model_id,
+            playouts=self.playouts, considered=self.considered,
+        )  # fmt: skip
+
+    def clear_cache(self) -> None:
+        """Forget the net's evaluations kept for positions seen before."""
+        self._raw.clear()
+
     def warm_up(self, size: int = 9) -> None:
         """A two-visit search and a dead-stone estimate on a board with one stone, so that
         numba's kernels are compiled, or loaded from their cache, before the first command
