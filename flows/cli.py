@@ -1,6 +1,6 @@
 """The `tengen` command line: the app, its Train commands, and the registration of the others
-(flows/cli_play.py: gtp, eval, match; flows/cli_look.py: ui, data, report, nets;
-flows/cli_cluster.py: cluster; bench/cli.py: bench).
+(flows/cli_play.py: gtp, eval, match, analysis, engines; flows/cli_look.py: ui, data, report,
+nets; flows/cli_cluster.py: cluster; bench/cli.py: bench).
 
 Each command imports what it needs when it runs, so `tengen gtp` starts without loading the
 rest of the project.
@@ -27,6 +27,7 @@ app = typer.Typer(
 )
 app.add_typer(bench_app, name="bench", rich_help_panel="Bench")
 app.add_typer(cli_look.nets_app, name="nets", rich_help_panel="Look")
+app.add_typer(cli_play.engines_app, name="engines", rich_help_panel="Play")
 remote_app = typer.Typer(help="Where a run's data goes off the machine: its DVC remote.")
 app.add_typer(remote_app, name="remote", rich_help_panel="Train")
 app.add_typer(cli_cluster.cluster_app, name="cluster", rich_help_panel="Train")

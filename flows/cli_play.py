@@ -384,12 +384,19 @@ def match(
 
     from gocore.rules import max_fixed_handicap
     from play.match import EngineStartError, Match, MatchConfig
+    from stages.evaluate import KATAGO, MissingProgram, engine_command
 
     if handicap and not 2 <= handicap <= max_fixed_handicap(size):
         raise typer.BadParameter(
             f"fixed handicap on {size}x{size} is 2..{max_fixed_handicap(size)} stones",
             param_hint="--handicap",
         )
+    # `{katago}`: the installed KataGo's GTP engine (tengen engines install katago).
+    try:
+        engine_a, engine_b = (engine_command(e) if KATAGO in e else e for e in (engine_a, engine_b))
+    except MissingProgram as e:
+        raise typer.BadParameter(f"{e.command}: KataGo is not installed; run `tengen engines "
+                                 "install katago`", param_hint="ENGINE") from None  # fmt: skip
     config = MatchConfig(
         games=games,
         size=size,
@@ -525,3 +532,46 @@ def analysis(ctx: typer.Context) -> None:
     sys.stdin.reconfigure(encoding="utf-8", errors="replace")
     with contextlib.suppress(KeyboardInterrupt):
         engine.serve(sys.stdin, wait=not opts.quit)
+
+
+engines_app = typer.Typer(help="Outside engines to play against: KataGo (installed from PyPI).")
+
+
+@engines_app.command("install")
+def engines_install(
+    engine: Annotated[str, typer.Argument(help="The engine: katago.")],
+    board_size: Annotated[
+        int, typer.Option(help="The board size it is set up for (faster than any size).")
+    ] = 9,
+) -> None:
+    """Install an engine into the user's cache and print its GTP command line."""
+    from play import katago
+
+    if engine != "katago":
+        raise typer.BadParameter(f"unknown engine {engine!r}; known: katago", param_hint="ENGINE")
+    if not 2 <= board_size <= 19:
+        raise typer.BadParameter("must be within 2..19", param_hint="--board-size")
+    try:
+        found = katago.install(lambda line: print(f"tengen engines install: {line}", flush=True),
+                               board_size=board_size)  # fmt: skip
+    except katago.InstallError as e:
+        print(f"tengen engines install: {e}", file=sys.stderr)
+        raise typer.Exit(2) from None
+    print(f"KataGo {found.version()} in {found.home}")
+    print(f"GTP at 1 visit a move: {found.gtp_command(visits=1)}")
+    print(f"analysis engine: {found.analysis_command()}")
+
+
+@engines_app.command("list")
+def engines_list() -> None:
+    """The outside engines this machine has, and their GTP command lines."""
+    from play import katago, programs
+
+    gnugo = programs.which("gnugo")
+    print(f"gnugo   {gnugo or 'not installed (tengen check installs it)'}")
+    found = katago.installed()
+    if found is None:
+        print(f"katago  not installed (tengen engines install katago; {katago.home()})")
+    else:
+        print(f"katago  {found.version()}, {found.board_size()}x{found.board_size()}: "
+              f"{found.gtp_command(visits=1)}")  # fmt: skip

@@ -27,11 +27,16 @@ class Program:
 
     name: str  # the command's first word
     title: str  # what a person calls it
-    debian: str  # its Debian package
+    debian: str | None  # its Debian package
     brew: str | None = None  # its Homebrew formula
+    installer: str | None = None  # the command that installs it, where no package does
 
 
-KNOWN = {"gnugo": Program("gnugo", "GNU Go", "gnugo", "gnu-go")}
+KNOWN = {
+    "gnugo": Program("gnugo", "GNU Go", "gnugo", "gnu-go"),
+    # From PyPI's katrain wheel, into the user's cache (play.katago).
+    "katago": Program("katago", "KataGo", None, installer="tengen engines install katago"),
+}
 
 # How a report names what was left out for want of a program (stages.evaluate's `left_out`,
 # the run's page): the referee among the opponents, and this machine among a cluster's hosts.
@@ -45,10 +50,17 @@ def program_dirs() -> list[str]:
 
 
 def which(program: str) -> str | None:
-    """The path of `program` (a name or a path): on PATH, else in program_dirs()."""
+    """The path of `program` (a name or a path): on PATH, else in program_dirs(); KataGo also
+    where `tengen engines install katago` put it."""
     found = shutil.which(program)
     if found is not None or "/" in program:
         return found
+    if program == "katago":
+        from play import katago
+
+        installed = katago.installed()
+        if installed is not None:
+            return str(installed.program)
     for folder in program_dirs():
         found = shutil.which(program, path=folder)
         if found is not None:
@@ -82,6 +94,8 @@ def install_command(program: str) -> str | None:
     known = KNOWN.get(Path(program).name)
     if known is None:
         return None
+    if known.installer:
+        return known.installer
     if sys.platform == "darwin" and known.brew:
         return f"brew install {known.brew}"
     sudo = "" if _is_root() else "sudo "
@@ -135,11 +149,30 @@ APT_TIMEOUT = 900  # seconds for apt-get's update, then for its install
 
 def install(programs: Iterable[str], log: Callable[[str], None] = print) -> list[str]:
     """Install the known `programs` with apt-get (as root, or through sudo -n), each said in
-    one line; apt-get's output goes to the log only where it fails. Returns those found
-    afterwards. Unknown programs and a machine where we cannot install are left as they are."""
-    packages = {KNOWN[p].debian: p for p in programs if p in KNOWN and which(p) is None}
-    if not packages or why_not_install() is not None:
-        return [p for p in programs if which(p) is not None]
+    one line; apt-get's output goes to the log only where it fails; KataGo with play.katago
+    (PyPI's katrain wheel, Debian's OpenCL). Returns those found afterwards. Unknown programs
+    and a machine where we cannot install are left as they are."""
+    programs = list(programs)
+    packages = {KNOWN[p].debian: p for p in programs
+                if p in KNOWN and KNOWN[p].debian and which(p) is None}  # fmt: skip
+    if packages and why_not_install() is None:
+        apt_install(list(packages), log)
+    if "katago" in programs and which("katago") is None:
+        from play import katago
+
+        try:
+            katago.install(log)
+        except katago.InstallError as e:
+            log(f"KataGo was not installed: {e}")
+    return [p for p in programs if which(p) is not None]
+
+
+def apt_install(packages: list[str], log: Callable[[str], None] = print) -> bool:
+    """apt-get install -y `packages` (as root, or through sudo -n), after apt-get update;
+    said in one line, apt-get's output logged only where a step fails. Whether the install
+    step succeeded (False too where why_not_install() says it cannot)."""
+    if why_not_install() is not None:
+        return False
     # sudo resets the environment: the variable goes inside it, through env.
     sudo = [] if _is_root() else ["sudo", "-n", "env", "DEBIAN_FRONTEND=noninteractive"]
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
@@ -147,6 +180,7 @@ def install(programs: Iterable[str], log: Callable[[str], None] = print) -> list
     log(f"installing {names} (apt-get install -y {names})")
     # The package lists first (a fresh machine has none); a failed update still tries the
     # install, from lists that may be there.
+    ok = False
     for step in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", *packages]):
         try:
             done = subprocess.run(
@@ -159,4 +193,5 @@ def install(programs: Iterable[str], log: Callable[[str], None] = print) -> list
         if done.returncode != 0:
             tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
             log(f"{' '.join(step)} failed (exit status {done.returncode}): {' / '.join(tail)}")
-    return [p for p in programs if which(p) is not None]
+        ok = done.returncode == 0
+    return ok

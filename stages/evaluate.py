@@ -32,6 +32,7 @@ from pathlib import Path
 
 from gocore.atomic import output_dir, write_bytes, write_json
 from gocore.rules import PRESETS
+from play import katago
 from play.match import EngineStartError, GameResult, Match, MatchConfig, wilson_interval
 from play.models import UNIFORM
 from play.programs import (
@@ -111,12 +112,19 @@ class MissingProgram(InputError):
 
 
 TENGEN = "{tengen}"  # in a command line: this installation's CLI
+KATAGO = "{katago}"  # in a command line: KataGo's GTP engine (tengen engines install katago)
 
 
 def engine_command(command: str) -> str:
-    """A GTP command line with `{tengen}` as this interpreter's CLI, its program found on PATH
-    or in play.programs' folders (/usr/games). MissingProgram where it is not installed."""
+    """A GTP command line with `{tengen}` as this interpreter's CLI and `{katago}` as the
+    installed KataGo's GTP engine, its program found on PATH or in play.programs' folders
+    (/usr/games). MissingProgram where it is not installed."""
     command = command.replace(TENGEN, f"{shlex.quote(sys.executable)} -m flows.cli")
+    if KATAGO in command:
+        found = katago.installed()
+        if found is None:
+            raise MissingProgram("katago", command)
+        command = command.replace(KATAGO, found.gtp_command(visits=None))
     words = find_program(command)
     if words and shutil.which(words[0]) is None:
         raise MissingProgram(words[0], command)
@@ -132,6 +140,8 @@ def needed_programs(params: EvaluateParams) -> dict[str, list[str]]:
         commands[REFEREE] = params.referee
     for name, command in commands.items():
         program = program_of(command)
+        if program == KATAGO:
+            program = "katago"
         if program and TENGEN not in program:
             needed.setdefault(program, []).append(name)
     return needed

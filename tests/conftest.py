@@ -50,6 +50,22 @@ def gnugo_path() -> str:
     return path
 
 
+KATAGO_HOWTO = "KataGo is not installed: tengen engines install katago"
+
+
+@pytest.fixture(scope="session")
+def katago():
+    """The installed KataGo (play.katago.Installed), made by `tengen engines install katago`."""
+    from play.katago import installed
+
+    found = installed()
+    if found is None:
+        if os.environ.get("TENGEN_REQUIRE_KATAGO"):  # CI installs it: missing is a failure
+            pytest.fail(KATAGO_HOWTO)
+        pytest.skip(KATAGO_HOWTO)
+    return found
+
+
 CHROMIUM_HOWTO = "Chromium is not installed: apt-get install -y chromium (a headless browser)"
 
 
