@@ -14,6 +14,7 @@ import torch
 import yaml
 
 from flows import pipeline
+from gocore.board import BLACK
 from nets.checkpoint import save
 from nets.config import net_config
 from nets.model import GoNet
@@ -354,3 +355,49 @@ def test_an_evaluation_with_every_opponent_left_out_rates_nothing_and_fails_noth
     assert report["pairings"] == [] and report["elo"] is None and report["ratings"] == {}
     assert [e["opponent"] for e in report["left_out"]] == ["gnugo-0"]
     assert json.loads(Path("reports/eval/history-gen-0.json").read_text()) == []
+
+
+KATAGO_RUNG = {"command": "{katago} -override-config maxVisits=1", "handicap": 2, "komi": 0.5}
+
+
+def test_a_katago_rung_without_katago_is_left_out_with_its_installer(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TENGEN_KATAGO_HOME", str(tmp_path / "no-katago"))
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}:/usr/bin:/bin")
+    if shutil.which("katago"):
+        pytest.skip(f"KataGo is in {shutil.which('katago')}, which this test cannot leave out")
+    params_path = _params(tmp_path, workers=1, board_size=9, opponents={
+        "katago-h2": KATAGO_RUNG, "random": "{tengen} gtp --player random --seed 1"},
+        anchor="random")  # fmt: skip
+    (tmp_path / "reports" / "selfplay").mkdir(parents=True)
+    (tmp_path / "reports" / "selfplay" / "gen-0.json").write_text('{"evaluations": 1}')
+    _champion(tmp_path, 0, 0)
+    settings = evaluate.read(params_path, evaluate.Params).evaluate
+    assert evaluate.missing_programs(settings).get("katago") == ["katago-h2"]
+    said = []
+    report = evaluate.run(*evaluate.prepare(params_path, 0), log=said.append)
+    assert [p["opponent"] for p in report["pairings"]] == ["random"]
+    assert {"opponent": "katago-h2", "program": "katago", "where": "here",
+            "install": "tengen engines install katago"} in report["left_out"]  # fmt: skip
+    expected = ("KataGo (`katago`) is not installed: the evaluations leave out katago-h2; "
+                "install it with `tengen engines install katago`")  # fmt: skip
+    assert any(expected in line for line in said), said
+
+
+@pytest.mark.slow
+def test_katago_plays_its_handicap_rung(katago, gnugo_path, tmp_path, monkeypatch):
+    """The real KataGo at 1 visit, giving 2 stones on 9x9 to a random-init champion: the
+    champion takes Black with the stones, KataGo answers every move, and the game is rated."""
+    monkeypatch.chdir(tmp_path)
+    params_path = _params(tmp_path, games=1, workers=1, board_size=9, anchor="katago-h2",
+                          opponents={"katago-h2": KATAGO_RUNG})  # fmt: skip
+    (tmp_path / "reports" / "selfplay").mkdir(parents=True)
+    (tmp_path / "reports" / "selfplay" / "gen-0.json").write_text('{"evaluations": 1}')
+    _champion(tmp_path, 0, 0)
+    report = evaluate.run(*evaluate.prepare(params_path, 0))
+    [pairing] = report["pairings"]
+    assert pairing["opponent"] == "katago-h2" and pairing["games"] == 1
+    [game] = (tmp_path / "reports" / "eval" / "gen-0" / "katago-h2" / "games").glob("*.sgf")
+    record = read_sgf(game)
+    assert record.black.endswith("(A)") and "KataGo" in record.white
+    assert [c for c, _ in record.setup] == [BLACK, BLACK] and record.komi == 0.5

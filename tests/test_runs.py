@@ -48,7 +48,8 @@ def test_a_preset_changes_only_what_it_names():
     hour = yaml.safe_load(runs.preset_params("hour", REPO / "params.yaml"))
     rungs = section(hour, "evaluate", EvaluateParams, source="hour").rungs()
     assert [(r.handicap, r.komi) for r in rungs.values()] == [
-        (0, 7.5), (3, 0.5), (5, 0.5), (7, 0.5), (0, 7.5)]  # fmt: skip
+        (0, 7.5), (3, 0.5), (5, 0.5), (7, 0.5), (4, 0.5), (0, 7.5)]  # fmt: skip
+    assert rungs["katago-h4"].command.startswith("{katago} ")
     with pytest.raises(ParamsError, match="no preset 'huge'"):
         runs.preset_params("huge", REPO / "params.yaml")
 
