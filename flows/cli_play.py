@@ -524,7 +524,7 @@ def analysis(ctx: typer.Context) -> None:
               f"{', '.join(settings.ignored)}", file=sys.stderr)  # fmt: skip
     engine = AnalysisEngine(
         lambda i: player if i == 0 else player.fork(opts.seed + i), settings, out=sys.stdout,
-        threads=threads, version=_version() + f" {player.model_id}".rstrip(),
+        threads=threads, version=_version() + f" {player.model_id}".rstrip(), model_name=opts.model,
         log=lambda message: print(message, file=sys.stderr, flush=True),
     )  # fmt: skip
     print("tengen analysis: started, ready to begin handling requests", file=sys.stderr,

@@ -52,7 +52,7 @@ KATAGO_RULES = {
 }
 PERSPECTIVES = ("BLACK", "WHITE", "SIDETOMOVE")
 COLUMNS = "ABCDEFGHJKLMNOPQRSTUVWXYZ"
-MAX_KOMI = 150.0
+MAX_KOMI = 400.0  # as KataGo 1.18 takes it
 
 
 class QueryError(Exception):
@@ -151,7 +151,7 @@ def parse_move(text: Any, xsize: int, ysize: int, field: str):
     """A location as KataGo takes it: GTP's `C4`, `pass`, or `(x,y)` (0-based, y from the
     top)."""
     if not isinstance(text, str):
-        raise QueryError(f"Could not parse move: {text!r}", field)
+        raise QueryError(f"Could not parse board location: {text}", field)
     t = text.strip()
     if t.lower() == "pass":
         return None
@@ -159,14 +159,14 @@ def parse_move(text: Any, xsize: int, ysize: int, field: str):
         try:
             x, y = (int(v) for v in t[1:-1].split(","))
         except ValueError:
-            raise QueryError(f"Could not parse move: {text}", field) from None
+            raise QueryError(f"Could not parse board location: {text}", field) from None
     else:
         letter, digits = t[:1].upper(), t[1:]
         if letter not in COLUMNS or not digits.isdigit():
-            raise QueryError(f"Could not parse move: {text}", field)
+            raise QueryError(f"Could not parse board location: {text}", field)
         x, y = COLUMNS.index(letter), ysize - int(digits)
     if not (0 <= x < xsize and 0 <= y < ysize):
-        raise QueryError(f"Move off the board: {text}", field)
+        raise QueryError(f"Could not parse board location: {text}", field)
     return x, y
 
 
@@ -175,7 +175,7 @@ def parse_player(text: Any, field: str) -> int:
         return BLACK
     if isinstance(text, str) and text.upper() in ("W", "WHITE"):
         return WHITE
-    raise QueryError(f"Could not parse player: {text!r}", field)
+    raise QueryError(f"Could not parse player: {text}", field)
 
 
 def parse_query_rules(value: Any, komi: float | None) -> Rules:
@@ -187,8 +187,8 @@ def parse_query_rules(value: Any, komi: float | None) -> Rules:
         raise QueryError("Expected string or object for rules", "rules")
     try:
         return parse_rules(text, komi=komi)
-    except RulesError as e:
-        raise QueryError(f"Could not parse rules: {e}", "rules") from None
+    except RulesError:
+        raise QueryError(f"Could not parse rules: {value}", "rules") from None
 
 
 @dataclasses.dataclass
@@ -223,6 +223,7 @@ class AnalysisEngine:
         out: TextIO,
         threads: int = 1,
         version: str = "unknown",
+        model_name: str = "",
         log: Callable[[str], None] | None = None,
     ):
         if threads < 1:
@@ -230,6 +231,7 @@ class AnalysisEngine:
         self.settings = settings
         self.out = out
         self.version = version
+        self.model_name = model_name
         self.log = log or (lambda message: None)
         self._players = [make_player(i) for i in range(threads)]
         self._queue: list[Task] = []
@@ -255,7 +257,7 @@ class AnalysisEngine:
         try:
             query = json.loads(line)
         except json.JSONDecodeError as e:
-            self._send({"error": f"Could not parse json from line: {e}"})
+            self._send({"error": f"{e} - could not parse input line as json request: {line}"})
             return
         if not isinstance(query, dict):
             self._send({"error": "Request line was valid json but was not an object"})
@@ -276,6 +278,12 @@ class AnalysisEngine:
         action = query["action"]
         if action == "query_version":
             self._send({**query, "version": self.version, "git_hash": "<omitted>"})
+        elif action == "query_models":
+            player = self._players[0]
+            model = {"name": self.model_name, "internalName": player.model_id,
+                     "maxBatchSize": player.leaves_per_game, "usesHumanSLProfile": False,
+                     "usingFP16": "false"}  # fmt: skip
+            self._send({**query, "models": [model]})
         elif action == "clear_cache":
             for player in self._players:
                 player.clear_cache()
@@ -284,8 +292,9 @@ class AnalysisEngine:
             self._terminate(query)
         elif action == "terminate_all":
             self._terminate(query, every=True)
-        else:
-            raise QueryError(f"Unknown action: {action!r}", "action")
+        else:  # KataGo's words, with no id
+            self._send({"error": "'action' field must be 'query_version' or 'query_models' or "
+                                 "'clear_cache' or 'terminate' or 'terminate_all'"})  # fmt: skip
 
     def _terminate(self, query: dict, every: bool = False) -> None:
         target = query.get("terminateId")
@@ -342,8 +351,8 @@ class AnalysisEngine:
             if not isinstance(komi, int | float) or isinstance(komi, bool):
                 raise QueryError("komi must be a number", "komi")
             if abs(komi) > MAX_KOMI or not math.isfinite(komi) or komi * 2 != int(komi * 2):
-                raise QueryError(f"komi must be an integer or half-integer in [-150,150] "
-                                 f"(got {komi})", "komi")  # fmt: skip
+                raise QueryError(f"Must be a integer or half-integer from -{MAX_KOMI} to "
+                                 f"{MAX_KOMI}", "komi")  # fmt: skip
         if "rules" not in query:
             raise QueryError("Missing required field rules", "rules")
         rules = parse_query_rules(query["rules"], None if komi is None else float(komi))
@@ -374,8 +383,7 @@ class AnalysisEngine:
             raise QueryError("analyzeTurns must be a list of integers", "analyzeTurns")
         for t in turns:
             if not 0 <= t <= len(moves):
-                raise QueryError(f"Invalid analyze turn {t}: the game has {len(moves)} moves",
-                                 "analyzeTurns")  # fmt: skip
+                raise QueryError(f"Invalid turn number: {t}", "analyzeTurns")
         positions = {0: game.copy()} if 0 in turns else {}
         for i, item in enumerate(moves):
             color, point = self._pair(item, xsize, "moves")

@@ -155,18 +155,18 @@ def test_partial_reports_come_before_exactly_one_final():
 @pytest.mark.parametrize(
     ("line", "error", "field"),
     [
-        ("{", "Could not parse json", None),
+        ("{", "could not parse input line as json request: {", None),
         ("[1, 2]", "was not an object", None),
         ('{"moves": []}', "did not specify an id", None),
         (_query("x", [("B", "C3"), ("W", "C3")]), "Illegal move 1: C3", "moves"),
-        (_query("x", [("B", "Z9")]), "Move off the board", "moves"),
-        (_query("x", [("X", "C3")]), "Could not parse player", "moves"),
-        (_query("x", rules="go-moku"), "Could not parse rules", "rules"),
+        (_query("x", [("B", "Z9")]), "Could not parse board location: Z9", "moves"),
+        (_query("x", [("X", "C3")]), "Could not parse player: X", "moves"),
+        (_query("x", rules="go-moku"), "Could not parse rules: go-moku", "rules"),
         (_query("x", size=7), "trained on 5, 9", "boardXSize"),
-        (_query("x", komi=7.25), "half-integer", "komi"),
-        (_query("x", analyzeTurns=[3]), "Invalid analyze turn 3", "analyzeTurns"),
+        (_query("x", komi=7.25), "Must be a integer or half-integer", "komi"),
+        (_query("x", analyzeTurns=[3]), "Invalid turn number: 3", "analyzeTurns"),
         (_query("x", maxVisits=0), "maxVisits", "maxVisits"),
-        (json.dumps({"id": "x", "action": "dance"}), "Unknown action", "action"),
+        (json.dumps({"id": "x", "action": "dance"}), "'action' field must be", None),
     ],
 )
 def test_bad_input_gets_katagos_error_and_the_engine_goes_on(line, error, field):
@@ -176,7 +176,7 @@ def test_bad_input_gets_katagos_error_and_the_engine_goes_on(line, error, field)
     first, after = _answers(engine, out)
     assert error in first["error"]
     assert first.get("field") == field
-    if '"id": "x"' in line:
+    if '"id": "x"' in line and "action" not in line:
         assert first["id"] == "x"
     assert after["id"] == "after" and after["moveInfos"]
 
@@ -242,3 +242,91 @@ def test_the_command_line_speaks_the_protocol(tiny_model, tmp_path):
         input="", capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert bad.returncode == 2 and "missing.cfg: no such file" in bad.stderr
+
+
+def _run(argv: list[str], lines: list[str]) -> list[dict]:
+    done = subprocess.run(argv, input="\n".join(lines) + "\n", capture_output=True, text=True,
+                          timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    return [json.loads(line) for line in done.stdout.splitlines()]
+
+
+def _keyed(answers: list[dict]) -> dict:
+    """Responses by (id, turn number) for analyses, by id (or the error text) otherwise."""
+    return {(a.get("id"), a.get("turnNumber")) if "id" in a else a["error"][-40:]: a
+            for a in answers}  # fmt: skip
+
+
+def test_answers_have_katagos_shape_types_and_errors(katago, tiny_model):
+    """The same queries to the real KataGo and to `tengen analysis`: every field tengen sends
+    is one KataGo sends, with its type; the same turns answered, the same illegal points in
+    the policy, the same lengths, the same errors in the same words. (The values differ:
+    different nets.)"""
+    import shlex
+
+    lines = [
+        json.dumps({"id": "v", "action": "query_version"}),
+        _query(
+            "a",
+            [("B", "E5"), ("W", "C3")],
+            size=9,
+            analyzeTurns=[0, 1, 2],
+            maxVisits=4,
+            includeOwnership=True,
+            includePolicy=True,
+        ),  # fmt: skip
+        "not json",
+        _query("b", [("B", "E5"), ("W", "E5")], size=9),
+        _query("c", [("X", "E5")], size=9),
+        _query("d", size=9, rules="go-moku"),
+        _query("e", size=9, analyzeTurns=[3]),
+        json.dumps({"id": "f", "action": "dance"}),
+        _query("g", size=9, komi=7.25),
+        _query("h", [("B", "Z9")], size=9),
+        json.dumps({"id": "t", "action": "terminate", "terminateId": "nothing"}),
+        json.dumps({"id": "m", "action": "query_models"}),
+    ]
+    theirs = _keyed(_run(shlex.split(katago.analysis_command()), lines))
+    tengen = [sys.executable, "-m", "flows.cli", "analysis", "-model", str(tiny_model),
+              "-config", str(katago.analysis_config)]  # fmt: skip
+    ours = _keyed(_run(tengen, lines))
+    assert set(ours) == set(theirs)
+    for key, kata in theirs.items():
+        mine = ours[key]
+        if "error" in kata:
+            assert mine == kata or mine["error"].endswith(kata["error"].split(" - ")[-1]), key
+            continue
+        if key == ("v", None):
+            assert set(mine) == set(kata)
+            continue
+        if key == ("m", None):
+            _same_shape(mine["models"][0], kata["models"][0], key)
+            assert mine["models"][0]["internalName"] == "tiny"
+            continue
+        if "action" in kata:
+            assert mine == kata
+            continue
+        _same_shape(mine, kata, key)
+        assert mine["rootInfo"]["currentPlayer"] == kata["rootInfo"]["currentPlayer"]
+        assert len(mine["ownership"]) == len(kata["ownership"]) == 81
+        assert len(mine["policy"]) == len(kata["policy"]) == 82
+        illegal = [[i for i, p in enumerate(a["policy"]) if p == -1] for a in (mine, kata)]
+        assert illegal[0] == illegal[1], key
+        for info in mine["moveInfos"]:
+            _same_shape(info, kata["moveInfos"][0], key)
+        orders = [m["order"] for m in mine["moveInfos"]]
+        assert orders == sorted(orders) == list(range(len(orders)))
+
+
+def _same_shape(mine: dict, kata: dict, where) -> None:
+    """Every key of `mine` is one of `kata`'s, its value of the same JSON type (ints where
+    KataGo has ints; a float that happens to be whole is still a float)."""
+    extra = set(mine) - set(kata)
+    assert not extra, (where, extra)
+    for k in mine:
+        a, b = mine[k], kata[k]
+        if isinstance(b, dict | list):
+            assert type(a) is type(b), (where, k)
+        else:
+            assert isinstance(a, type(b)) or (isinstance(b, float) and isinstance(a, int)), (
+                where, k, a, b)  # fmt: skip
