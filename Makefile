@@ -3,6 +3,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+TEST_STAMP := $(VENV)/.installed-test
 
 .PHONY: setup run test bench lint format docs clean-cache clean
 
@@ -29,8 +30,17 @@ run: setup
 	@$(BIN)/tengen check --install --quiet $(if $(PRESET),--preset $(PRESET)) || true
 	$(BIN)/tengen run $(if $(PRESET),--preset $(PRESET))
 
-test: setup
+test: $(TEST_STAMP)
 	$(BIN)/python -m pytest
+
+# The tests also drive KaTrain's own engine classes (tests/test_katrain.py): KaTrain and its
+# Kivy, which `make run` does not need.
+$(TEST_STAMP): $(STAMP)
+	@echo "installing KaTrain for its tests into $(VENV) (log: $(VENV)/install.log)"
+	@$(BIN)/python -m pip install -c constraints.txt -e '.[dev,bench,katrain]' \
+	   >> $(VENV)/install.log 2>&1 || \
+	 { tail -n 30 $(VENV)/install.log; echo "make: the install failed: $(VENV)/install.log"; exit 1; }
+	@touch $@
 
 bench: setup
 	$(BIN)/tengen bench rules
