@@ -130,7 +130,8 @@ class Settings:
                 ) from None
             if not sizes or not all(2 <= s <= 19 for s in sizes):
                 raise ValueError("config tengenBoardSizes: sizes within 2..19")
-        known = {"maxVisits", "maxTime", "reportAnalysisWinratesAs", "tengenBoardSizes"}
+        known = {"maxVisits", "maxTime", "reportAnalysisWinratesAs", "tengenBoardSizes",
+                 "numAnalysisThreads"}  # fmt: skip
         return cls(
             max_visits=number("maxVisits", int, 1),
             max_time=number("maxTime", float, 0.0),

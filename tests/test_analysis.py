@@ -202,7 +202,10 @@ def test_two_analysis_threads_answer_every_turn():
 
 
 def test_config_and_overrides_in_katagos_form():
-    config = parse_config("# a comment\nmaxVisits = 50   # trailing\n\nnnCacheSizePowerOfTwo=16\n")
+    config = parse_config(
+        "# a comment\nmaxVisits = 50   # trailing\n\nnnCacheSizePowerOfTwo=16\n"
+        "numAnalysisThreads = 2\n"
+    )
     config.update(parse_overrides("maxTime=2.5, reportAnalysisWinratesAs=SIDETOMOVE"))
     settings = Settings.from_config(config, [9])
     assert (settings.max_visits, settings.max_time, settings.perspective) == (50, 2.5, "SIDETOMOVE")
