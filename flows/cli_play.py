@@ -516,8 +516,10 @@ def analysis(ctx: typer.Context) -> None:
             leaves=None, resign_below=None, resign_after=20, seed=opts.seed,
             params_path=opts.params, section_name="gate", lineage=opts.lineage,
         )  # fmt: skip
-    except typer.BadParameter as e:
-        refuse(f"-model {opts.model}: {e.message}")
+    except typer.BadParameter as e:  # named as KataGo's command line names it: -model, -params
+        hint = "-" + str(e.param_hint or "--model").lstrip("-")
+        message = e.message.replace(f"-{hint}", hint)
+        refuse(message if hint in message else f"{hint}: {message}")
     player.warm_up(min(settings.board_sizes))
     if settings.ignored:
         print(f"tengen analysis: config keys with no meaning to tengen, ignored: "

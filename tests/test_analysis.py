@@ -245,6 +245,12 @@ def test_the_command_line_speaks_the_protocol(tiny_model, tmp_path):
         input="", capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert bad.returncode == 2 and "missing.cfg: no such file" in bad.stderr
+    missing = tmp_path / "missing.pt"
+    bad = subprocess.run(
+        [sys.executable, "-m", "flows.cli", "analysis", "-model", str(missing)],
+        input="", capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert bad.returncode == 2 and f"-model {missing}: no such file" in bad.stderr
 
 
 def _run(argv: list[str], lines: list[str]) -> list[dict]:
