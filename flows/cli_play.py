@@ -502,13 +502,15 @@ def analysis(ctx: typer.Context) -> None:
                 refuse(f"-config {path}: no such file")
             config = parse_config(path.read_text(errors="replace"), str(path))
         config.update(parse_overrides(opts.override))
-        threads = opts.threads or int(config.get("numAnalysisThreads", "1"))
+        threads = opts.threads
+        if threads is None:
+            threads = int(config.get("numAnalysisThreads", "1"))
         if threads < 1:
             refuse(f"analysis threads must be >= 1 (got {threads})")
         source = params_file(opts.params)
         trained = load_params(source)["selfplay"]["board_sizes"]
         settings = Settings.from_config(config, (int(size) for size in trained))
-    except (ValueError, ParamsError, KeyError) as e:
+    except (ValueError, TypeError, ParamsError, KeyError) as e:
         refuse(str(e))
     try:
         player = net_player(

@@ -163,7 +163,7 @@ def parse_move(text: Any, xsize: int, ysize: int, field: str):
             raise QueryError(f"Could not parse board location: {text}", field) from None
     else:
         letter, digits = t[:1].upper(), t[1:]
-        if letter not in COLUMNS or not digits.isdigit():
+        if letter not in COLUMNS or not (digits.isascii() and digits.isdigit()):
             raise QueryError(f"Could not parse board location: {text}", field)
         x, y = COLUMNS.index(letter), ysize - int(digits)
     if not (0 <= x < xsize and 0 <= y < ysize):
@@ -188,8 +188,9 @@ def parse_query_rules(value: Any, komi: float | None) -> Rules:
         raise QueryError("Expected string or object for rules", "rules")
     try:
         return parse_rules(text, komi=komi)
-    except RulesError:
-        raise QueryError(f"Could not parse rules: {value}", "rules") from None
+    except (RulesError, ValueError, TypeError, OverflowError):  # JSON rules of a bad type too
+        shown = value if isinstance(value, str) else json.dumps(value)
+        raise QueryError(f"Could not parse rules: {shown}", "rules") from None
 
 
 @dataclasses.dataclass
@@ -257,7 +258,7 @@ class AnalysisEngine:
             return
         try:
             query = json.loads(line)
-        except json.JSONDecodeError as e:
+        except (ValueError, RecursionError) as e:  # JSONDecodeError, and too deep or too long
             self._send({"error": f"{e} - could not parse input line as json request: {line}"})
             return
         if not isinstance(query, dict):
@@ -274,6 +275,9 @@ class AnalysisEngine:
                 self._enqueue(query)
         except QueryError as e:
             self._send(_error(str(e), qid, e.field))
+        except Exception as e:  # noqa: BLE001 - a query we did not foresee: never stop the engine
+            self.log(f"tengen analysis: query {qid}: {e!r}")
+            self._send(_error(f"Internal error: {e}", qid))
 
     def _action(self, query: dict) -> None:
         action = query["action"]
@@ -303,7 +307,8 @@ class AnalysisEngine:
             raise QueryError("Must specify terminateId for terminate action", "terminateId")
         turns = query.get("turnNumbers")
         if turns is not None and (
-            not isinstance(turns, list) or not all(isinstance(t, int) for t in turns)
+            not isinstance(turns, list)
+            or not all(isinstance(t, int) and not isinstance(t, bool) for t in turns)
         ):
             raise QueryError("turnNumbers must be a list of integers", "turnNumbers")
 
@@ -360,7 +365,7 @@ class AnalysisEngine:
         moves = query.get("moves")
         if not isinstance(moves, list):
             raise QueryError("moves must be a list of [player, location] pairs", "moves")
-        game = Game(xsize, rules, max_moves=max(len(moves) + 2, 4 * xsize * xsize))
+        game = Game(xsize, rules, max_moves=len(moves) + 4 * xsize * xsize)
         stones = query.get("initialStones", [])
         if not isinstance(stones, list):
             raise QueryError("initialStones must be a list of [player, location]", "initialStones")
@@ -410,10 +415,6 @@ class AnalysisEngine:
                      "includePVVisits"):  # fmt: skip
             if name in query and not isinstance(query[name], bool):
                 raise QueryError(f"{name} must be a boolean", name)
-        for name in ("avoidMoves", "allowMoves"):
-            if query.get(name):
-                self._send({"warning": f"{name} is not supported by tengen; searching all moves",
-                            "field": name, "id": qid})  # fmt: skip
         tasks = []
         for i, turn in enumerate(turns):
             p = priorities[i] if priorities is not None else priority
@@ -421,6 +422,10 @@ class AnalysisEngine:
                 raise QueryError("priorities must be integers", "priorities")
             tasks.append(Task((-p, next(self._arrivals)), query, turn, positions[turn], visits,
                               seconds, report, perspective))  # fmt: skip
+        for name in ("avoidMoves", "allowMoves"):  # after every check: a warning, then results
+            if query.get(name):
+                self._send({"warning": f"{name} is not supported by tengen; searching all moves",
+                            "field": name, "id": qid})  # fmt: skip
         return tasks
 
     @staticmethod
@@ -443,10 +448,10 @@ class AnalysisEngine:
         if not isinstance(visits, int) or isinstance(visits, bool) or visits < 1:
             raise QueryError("maxVisits must be an integer >= 1", "maxVisits")
         seconds = overrides.get("maxTime", self.settings.max_time)
-        if seconds is not None and (not isinstance(seconds, int | float) or seconds <= 0):
+        if seconds is not None and not _positive(seconds):
             raise QueryError("maxTime must be a number > 0", "overrideSettings")
         report = query.get("reportDuringSearchEvery")
-        if report is not None and (not isinstance(report, int | float) or not report > 0):
+        if report is not None and not _positive(report):
             raise QueryError("reportDuringSearchEvery must be a number > 0",
                              "reportDuringSearchEvery")  # fmt: skip
         return visits, seconds, report
@@ -473,8 +478,9 @@ class AnalysisEngine:
                 self._analyze(player, task)
             except Exception as e:  # noqa: BLE001 - a task that fails answers, never kills us
                 self.log(f"tengen analysis: query {task.query['id']} turn {task.turn}: {e!r}")
+                # Still the turn's one final response.
                 self._send({**_error(f"Internal error: {e}", task.query["id"]),
-                            "turnNumber": task.turn})  # fmt: skip
+                            "turnNumber": task.turn, "isDuringSearch": False})  # fmt: skip
             finally:
                 with self._cond:
                     self._running.remove(task)
@@ -580,6 +586,14 @@ class AnalysisEngine:
         for line in inp:
             self.submit(line)
         self.close(wait=wait)
+
+
+def _positive(value: Any) -> bool:
+    """A finite number > 0 (not a bool)."""
+    return (
+        isinstance(value, int | float) and not isinstance(value, bool)
+        and math.isfinite(value) and value > 0
+    )  # fmt: skip
 
 
 def _error(message: str, qid: str | None, field: str | None = None) -> dict:

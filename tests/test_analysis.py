@@ -167,6 +167,11 @@ def test_partial_reports_come_before_exactly_one_final():
         (_query("x", analyzeTurns=[3]), "Invalid turn number: 3", "analyzeTurns"),
         (_query("x", maxVisits=0), "maxVisits", "maxVisits"),
         (json.dumps({"id": "x", "action": "dance"}), "'action' field must be", None),
+        # Found by a review: each once stopped the engine.
+        ("[" * 100_000, "could not parse input line as json request", None),
+        (_query("x", [("B", "A\u00b2")]), "Could not parse board location", "moves"),
+        (_query("x", rules={"komi": "x"}), 'Could not parse rules: {"komi": "x"}', "rules"),
+        (_query("x", overrideSettings={"maxTime": float("nan")}), "maxTime", "overrideSettings"),
     ],
 )
 def test_bad_input_gets_katagos_error_and_the_engine_goes_on(line, error, field):
