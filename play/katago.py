@@ -202,18 +202,29 @@ def install(
                 f"not installed here{f' ({why})' if why else ''}: install them with "
                 f"`{'' if programs._is_root() else 'sudo '}apt-get install -y {' '.join(missing)}`"
             )
-    target.home.mkdir(parents=True, exist_ok=True)
-    # Not an install until it has played a move with the configs written below.
-    (target.home / MANIFEST).unlink(missing_ok=True)
-    if not (target.program.is_file() and target.network.is_file()):
-        _unpack(target, log)
-    for folder in ("home", "logs", "pocl-cache"):
-        (target.home / folder).mkdir(exist_ok=True)
-    shutil.copyfile(TUNING, target.home / "opencl-tune.txt")
-    target.gtp_config.write_text(config_text("gtp", target.home, board_size))
-    target.analysis_config.write_text(config_text("analysis", target.home, board_size))
-    log("checking that it plays (the first start compiles pocl's kernels: seconds)")
-    version = check(target, board_size)
+    try:
+        target.home.mkdir(parents=True, exist_ok=True)
+        if not (target.program.is_file() and target.network.is_file()):
+            _unpack(target, log)
+        for folder in ("home", "logs", "pocl-cache"):
+            (target.home / folder).mkdir(exist_ok=True)
+    except (OSError, subprocess.SubprocessError) as e:
+        raise InstallError(f"KataGo could not be put in {target.home}: {e}") from None
+    # The configs and the manifest of an earlier install come back if this one fails its
+    # move: a working install stays one.
+    kept = {p: p.read_bytes() for p in (target.gtp_config, target.analysis_config,
+                                         target.home / MANIFEST) if p.is_file()}  # fmt: skip
+    try:
+        (target.home / MANIFEST).unlink(missing_ok=True)
+        shutil.copyfile(TUNING, target.home / "opencl-tune.txt")
+        target.gtp_config.write_text(config_text("gtp", target.home, board_size))
+        target.analysis_config.write_text(config_text("analysis", target.home, board_size))
+        log("checking that it plays (the first start compiles pocl's kernels: seconds)")
+        version = check(target, board_size)
+    except (InstallError, OSError) as e:
+        for path, data in kept.items():
+            path.write_bytes(data)
+        raise e if isinstance(e, InstallError) else InstallError(str(e)) from None
     manifest = {"wheel": WHEEL, "sha256": WHEEL_SHA256, "version": version,
                 "board_size": board_size}  # fmt: skip
     (target.home / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
@@ -269,6 +280,8 @@ def check(target: Installed, board_size: int, timeout: float = 300) -> str:
                               timeout=timeout)  # fmt: skip
     except subprocess.TimeoutExpired:
         raise InstallError(f"KataGo did not answer within {timeout:.0f} s") from None
+    except OSError as e:
+        raise InstallError(f"KataGo could not start: {e}") from None
     answers = [line for line in done.stdout.splitlines() if line.startswith(("=", "?"))]
     if done.returncode != 0 or len(answers) < 5 or any(a.startswith("?") for a in answers):
         tail = " / ".join(done.stderr.strip().splitlines()[-5:])
