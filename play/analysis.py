@@ -499,8 +499,8 @@ class AnalysisEngine:
             ownership=bool(task.query.get("includeOwnership")),
             should_stop=task.terminated.is_set,
         ):  # fmt: skip
-            if last is not None and task.report_every is not None:
-                self._send(self._response(player, task, last, during=True))
+            if not result.final and task.report_every is not None and result.visits:
+                self._send(self._response(player, task, result, during=True))  # as it comes
             last = result
         if last is None or last.visits == 0:
             self._send({"id": task.query["id"], "isDuringSearch": False, "noResults": True,

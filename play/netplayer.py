@@ -75,6 +75,7 @@ class SearchResult:
     evaluations: int
     choice: Move | None = None  # a Gumbel root's move (its own rule, not the most visited)
     chose: bool = False  # whether `choice` is set (None is a pass)
+    final: bool = False  # the search's last result (the others are reports during it)
 
     def best(self) -> Move | None:
         if self.chose:
@@ -299,7 +300,8 @@ class NetPlayer:
                 break
             next_report = now + interval
             yield self._result(trial, tree, evaluate, now - started, considered)
-        yield self._result(trial, tree, evaluate, time.monotonic() - started, considered)
+        last = self._result(trial, tree, evaluate, time.monotonic() - started, considered)
+        yield dataclasses.replace(last, final=True)
 
     def _tree(self, roots, visits: int):
         """A preallocated tree and leaf boards for this board, reused across moves."""
