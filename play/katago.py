@@ -110,12 +110,6 @@ def installed(where: Path | None = None) -> Installed | None:
     return found if ok and (found.home / MANIFEST).is_file() else None
 
 
-def parse_config(text: str) -> dict[str, str]:
-    """A KataGo config's `key = value` lines (comments and blank lines skipped)."""
-    pairs = (line.split("#", 1)[0].partition("=") for line in text.splitlines())
-    return {k.strip(): v.strip() for k, eq, v in pairs if eq and k.strip()}
-
-
 def _opencl_missing() -> list[str]:
     """The Debian packages KataGo needs that are not installed (dpkg's view)."""
     missing = []

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from play import katago as K
+from play.analysis import parse_config
 from play.programs import install_command, which
 from tests.conftest import run_cli
 
@@ -15,7 +16,7 @@ def test_installing_again_keeps_katago_playing_and_list_shows_it(katago):
     assert f"KataGo {katago.version()} in {katago.home}" in done.stdout
     assert f"GTP at 1 visit a move: {katago.gtp_command(visits=1)}" in done.stdout
     # It never tunes: the config reads the tuning file written beside it.
-    config = K.parse_config(katago.gtp_config.read_text())
+    config = parse_config(katago.gtp_config.read_text())
     assert (katago.home / "opencl-tune.txt").read_text() == K.TUNING.read_text()
     assert config["openclTunerFile"] == str(katago.home / "opencl-tune.txt")
     assert config["maxBoardSizeForNNBuffer"] == str(katago.board_size())
